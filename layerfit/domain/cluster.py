@@ -1,0 +1,144 @@
+"""The cluster a scheduler hands us: workers, their GPUs, free VRAM and RAM."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.errors import InputError
+
+GPU_TYPES = ("cuda", "rocm", "musa", "npu", "metal", "vulkan", "sycl", "cann", "dcu", "mlu")
+"""GPU vendor types as GPUStack names them in GPU ids (``worker:cuda:0``)."""
+
+_GPU_REF_PATTERN = re.compile(r"^(?P<worker>[^:\s]+):(?P<type>[A-Za-z][A-Za-z0-9_]*):(?P<index>\d+)$")
+
+
+class Gpu(Frozen):
+    """One accelerator of a worker. Sizes in bytes; ``allocatable`` is what we may claim."""
+
+    index: NonNegInt
+    type: str = "cuda"
+    name: str = ""
+    total_vram_bytes: NonNegInt
+    allocatable_vram_bytes: NonNegInt
+
+    @model_validator(mode="after")
+    def _allocatable_within_total(self) -> Self:
+        if self.allocatable_vram_bytes > self.total_vram_bytes:
+            raise InputError(
+                f"gpu[{self.index}].allocatable_vram_bytes",
+                f"{self.allocatable_vram_bytes} exceeds total_vram_bytes {self.total_vram_bytes}",
+            )
+        if self.type not in GPU_TYPES:
+            raise InputError(f"gpu[{self.index}].type", f"unknown GPU type {self.type!r}; known: {', '.join(GPU_TYPES)}")
+        return self
+
+
+class Worker(Frozen):
+    """A machine that can run llama-server or rpc-server processes."""
+
+    id: int | str
+    name: str = Field(min_length=1)
+    address: str = ""
+    """Host name or IP other workers use to reach this one's rpc-server (defaults to the name)."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    unified_memory: bool = False
+    """One memory pool shared by CPU and GPU (Apple silicon and similar)."""
+    total_ram_bytes: NonNegInt
+    allocatable_ram_bytes: NonNegInt
+    gpus: tuple[Gpu, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.allocatable_ram_bytes > self.total_ram_bytes:
+            raise InputError(
+                f"worker[{self.name}].allocatable_ram_bytes",
+                f"{self.allocatable_ram_bytes} exceeds total_ram_bytes {self.total_ram_bytes}",
+            )
+        seen: set[int] = set()
+        for gpu in self.gpus:
+            if gpu.index in seen:
+                raise InputError(f"worker[{self.name}].gpus", f"duplicate GPU index {gpu.index}")
+            seen.add(gpu.index)
+        return self
+
+    @property
+    def host(self) -> str:
+        """Address to reach this worker's rpc-servers."""
+        return self.address or self.name
+
+    def gpu(self, index: int) -> Gpu:
+        """The GPU with this index; ``InputError`` if there is none."""
+        for gpu in self.gpus:
+            if gpu.index == index:
+                return gpu
+        raise InputError(f"worker[{self.name}].gpus", f"no GPU with index {index}")
+
+    def has_gpu(self, index: int) -> bool:
+        return any(gpu.index == index for gpu in self.gpus)
+
+
+class Cluster(Frozen):
+    """All workers a deployment may use, with what is still allocatable on each."""
+
+    workers: tuple[Worker, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique(self) -> Self:
+        ids: set[str] = set()
+        names: set[str] = set()
+        for worker in self.workers:
+            if str(worker.id) in ids:
+                raise InputError("cluster.workers", f"duplicate worker id {worker.id!r}")
+            if worker.name in names:
+                raise InputError("cluster.workers", f"duplicate worker name {worker.name!r}")
+            ids.add(str(worker.id))
+            names.add(worker.name)
+        return self
+
+    @cached_property
+    def _by_name(self) -> dict[str, Worker]:
+        return {worker.name: worker for worker in self.workers}
+
+    def worker(self, name: str) -> Worker:
+        """The worker with this name; ``InputError`` if there is none."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise InputError("worker", f"no worker named {name!r} in the cluster") from None
+
+    def has_worker(self, name: str) -> bool:
+        return name in self._by_name
+
+    def gpu(self, ref: GpuRef) -> Gpu:
+        """The GPU a reference points at; ``InputError`` naming the reference if it is unknown."""
+        worker = self.worker(ref.worker)
+        if not worker.has_gpu(ref.index):
+            raise InputError("gpu", f"{ref} does not exist: worker {ref.worker!r} has no GPU {ref.index}")
+        gpu = worker.gpu(ref.index)
+        if gpu.type != ref.type:
+            raise InputError("gpu", f"{ref} does not exist: GPU {ref.index} of {ref.worker!r} is {gpu.type}")
+        return gpu
+
+
+class GpuRef(Frozen):
+    """A GPU named the way GPUStack names it: ``worker_name:type:index``."""
+
+    worker: str = Field(min_length=1)
+    type: str = "cuda"
+    index: NonNegInt
+
+    @classmethod
+    def parse(cls, text: str) -> GpuRef:
+        """Parse ``worker:cuda:0``; ``InputError`` naming the text when it is malformed."""
+        match = _GPU_REF_PATTERN.match(text.strip())
+        if match is None:
+            raise InputError("gpu_selection", f"malformed GPU id {text!r}; expected worker_name:type:index")
+        return cls(worker=match["worker"], type=match["type"], index=int(match["index"]))
+
+    def __str__(self) -> str:
+        return f"{self.worker}:{self.type}:{self.index}"

@@ -1,0 +1,49 @@
+"""Settings shared by the memory model, the engines and the planner."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from layerfit.domain.base import Frozen, NonNegInt, PosInt
+
+
+class OffloadOrder(StrEnum):
+    """Which layer ``-ngl`` offloads first.
+
+    ``OUTPUT_FIRST`` is llama.cpp since December 2025: ``-ngl k`` = the output layer and the last
+    ``k-1`` blocks. ``OUTPUT_LAST`` is older llama.cpp (and what gguf-parser and GPUStack still
+    assume): the last ``k`` blocks, and the output layer only once every block is on a GPU.
+    """
+
+    OUTPUT_FIRST = "output-first"
+    OUTPUT_LAST = "output-last"
+
+
+class Policy(StrEnum):
+    """Tie-break between equally good layouts."""
+
+    BINPACK = "binpack"
+    """Fill the fullest GPUs first, keeping whole GPUs free."""
+    SPREAD = "spread"
+    """Keep the most headroom on every GPU."""
+
+
+class PlannerConfig(Frozen):
+    """Knobs of the heuristic, the solver and the planner. Defaults follow GPUStack and llama.cpp."""
+
+    offload_order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
+    policy: Policy = Policy.BINPACK
+    max_rpc_servers: PosInt = 8
+    """At most this many rpc-servers per deployment (GPUStack ``DEFAULT_MAX_RPC_SERVER_COUNT``)."""
+    max_rpc_candidate_gpus: PosInt = 16
+    """The heuristic skips distribution when more remote GPUs qualify (GPUStack's cap)."""
+    time_limit_s: float = Field(default=10.0, gt=0)
+    num_search_workers: PosInt = 1
+    """CP-SAT workers; 1 with a fixed seed gives the same answer for the same input."""
+    seed: NonNegInt = 0
+    alternatives: NonNegInt = 3
+    """Equally good alternative layouts to return besides the best one."""
+    rpc_port_base: PosInt = 50052
+    """rpc-server ports: base, base+1, ... per server on a worker."""

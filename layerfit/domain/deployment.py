@@ -1,0 +1,80 @@
+"""A deployment request: which model, with which llama.cpp parameters, under which rules."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.domain.cluster import GpuRef
+from layerfit.domain.params import LlamaParams
+from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import InputError
+
+
+class ModelKind(StrEnum):
+    LLM = "llm"
+    EMBEDDING = "embedding"
+    RERANKER = "reranker"
+    IMAGE = "image"
+
+
+class Deployment(Frozen):
+    """One model to place. Give either ``gguf_path`` or an explicit ``profile``.
+
+    ``backend_parameters`` (GPUStack's list form) may be given instead of ``params``.
+    Defaults follow GPUStack: CPU offloading allowed, distribution across workers not.
+    """
+
+    name: str = Field(min_length=1)
+    gguf_path: str | None = None
+    profile: MemoryProfile | None = None
+    params: LlamaParams = LlamaParams()
+    cpu_offloading: bool = True
+    distributed_inference_across_workers: bool = False
+    gpu_selection: tuple[GpuRef, ...] | None = None
+    """Manual GPU selection (GPUStack ``gpu_selector.gpu_ids``)."""
+    kind: ModelKind = ModelKind.LLM
+    replicas: PosInt = 1
+    priority: NonNegInt = 0
+    """Higher is more important (fleet planning)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_parameters(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "backend_parameters" in data:
+            data = dict(data)
+            raw = data.pop("backend_parameters")
+            if "params" in data:
+                raise InputError("backend_parameters", "give either backend_parameters or params, not both")
+            if not isinstance(raw, list | tuple):
+                raise InputError("backend_parameters", f"expected a list of strings, got {type(raw).__name__}")
+            data["params"] = LlamaParams.from_args(raw)
+        return data
+
+    @field_validator("gpu_selection", mode="before")
+    @classmethod
+    def _parse_refs(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(GpuRef.parse(item) if isinstance(item, str) else item for item in value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.gguf_path is None) == (self.profile is None):
+            raise InputError(f"deployment[{self.name}]", "give exactly one of gguf_path or profile")
+        if self.gpu_selection is not None:
+            if not self.gpu_selection:
+                raise InputError(f"deployment[{self.name}].gpu_selection", "empty selection; omit it instead")
+            if len(set(self.gpu_selection)) != len(self.gpu_selection):
+                raise InputError(f"deployment[{self.name}].gpu_selection", "a GPU is selected twice")
+        return self
+
+    @property
+    def selected_workers(self) -> tuple[str, ...]:
+        """Workers named in the manual selection, in first-mention order."""
+        if self.gpu_selection is None:
+            return ()
+        return tuple(dict.fromkeys(ref.worker for ref in self.gpu_selection))

@@ -1,0 +1,141 @@
+"""Plan: the answer for one deployment — status, layout, claims, reasons, command lines."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.layout import Claims, Layout
+
+
+class Status(StrEnum):
+    OPTIMAL = "optimal"
+    """Proven best under the objective tiers."""
+    FEASIBLE = "feasible"
+    """Valid, not proven best (heuristic answer, or the solver stopped at its time limit)."""
+    INFEASIBLE = "infeasible"
+    """Nothing fits; ``reasons`` say why."""
+    UNKNOWN = "unknown"
+    """No answer within the time limit."""
+
+
+class StrategyClass(StrEnum):
+    """GPUStack's five strategy classes, which a layout falls into."""
+
+    SINGLE_GPU = "single_gpu"
+    MULTI_GPU = "multi_gpu"
+    DISTRIBUTED = "distributed"
+    PARTIAL_OFFLOAD = "partial_offload"
+    CPU_ONLY = "cpu_only"
+
+
+class ReasonKind(StrEnum):
+    """Why a layout is rejected or a deployment does not fit."""
+
+    INSUFFICIENT_VRAM = "insufficient_vram"
+    INSUFFICIENT_RAM = "insufficient_ram"
+    INSUFFICIENT_UNIFIED_MEMORY = "insufficient_unified_memory"
+    UNKNOWN_WORKER = "unknown_worker"
+    UNKNOWN_GPU = "unknown_gpu"
+    INVALID_PARAMETER = "invalid_parameter"
+    GPU_LAYERS_NOT_HONOURED = "gpu_layers_not_honoured"
+    TENSOR_SPLIT_NOT_HONOURED = "tensor_split_not_honoured"
+    SELECTION_IGNORED = "selection_ignored"
+    CPU_OFFLOAD_NOT_ALLOWED = "cpu_offload_not_allowed"
+    DISTRIBUTION_NOT_ALLOWED = "distribution_not_allowed"
+    TOO_MANY_RPC_SERVERS = "too_many_rpc_servers"
+    TOO_MANY_RPC_CANDIDATES = "too_many_rpc_candidates"
+    IMAGE_MODEL_SPLIT = "image_model_split"
+    OFFLOAD_ORDER = "offload_order"
+    BLOCK_COUNT_MISMATCH = "block_count_mismatch"
+    NO_CANDIDATE = "no_candidate"
+
+
+class Severity(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class Reason(Frozen):
+    """A typed, machine-actionable reason, with a sentence for people."""
+
+    kind: ReasonKind
+    message: str
+    severity: Severity = Severity.ERROR
+    strategy: str | None = None
+    resource: str | None = None
+    """``vram``, ``ram``, ``unified`` or a parameter name."""
+    needed_bytes: NonNegInt | None = None
+    available_bytes: int | None = None
+    worker: str | None = None
+    gpu_index: NonNegInt | None = None
+
+    @property
+    def shortfall_bytes(self) -> int | None:
+        if self.needed_bytes is None or self.available_bytes is None:
+            return None
+        return max(0, self.needed_bytes - self.available_bytes)
+
+
+class Candidate(Frozen):
+    """One valid layout with its claims."""
+
+    layout: Layout
+    claims: Claims
+    strategy: StrategyClass
+    score: float = 0.0
+    """Placement score (higher is better under the configured policy)."""
+
+
+class EngineStats(Frozen):
+    """What one engine did: timings and, for the solver, bound and gap."""
+
+    engine: str
+    wall_time_s: float = Field(ge=0)
+    status: Status
+    objective: float | None = None
+    bound: float | None = None
+    details: dict[str, float | int | str] = Field(default_factory=dict)
+
+
+class Command(Frozen):
+    """One process to start: ``llama-server`` on the main worker or an ``rpc-server``."""
+
+    worker: str
+    program: str
+    argv: tuple[str, ...]
+
+    @property
+    def line(self) -> str:
+        import shlex
+
+        return shlex.join((self.program, *self.argv))
+
+
+class Plan(Frozen):
+    """The answer for one deployment."""
+
+    deployment: str
+    status: Status
+    best: Candidate | None = None
+    alternatives: tuple[Candidate, ...] = ()
+    reasons: tuple[Reason, ...] = ()
+    messages: tuple[str, ...] = ()
+    """Sentences for people (GPUStack-style advice when nothing fits)."""
+    stats: tuple[EngineStats, ...] = ()
+    commands: tuple[Command, ...] = ()
+
+    @property
+    def layout(self) -> Layout | None:
+        return None if self.best is None else self.best.layout
+
+    @property
+    def claims(self) -> Claims | None:
+        return None if self.best is None else self.best.claims
+
+    @property
+    def strategy(self) -> StrategyClass | None:
+        return None if self.best is None else self.best.strategy

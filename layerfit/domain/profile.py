@@ -1,0 +1,134 @@
+"""MemoryProfile: everything the memory model needs to know about one model at one setting.
+
+A profile is produced by the estimators from a GGUF header, or written by hand (tests, benchmarks,
+other schedulers' own estimates). All sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.errors import InputError
+
+
+class DeviceRole(StrEnum):
+    """What a GPU does in a llama.cpp layout; fixed and compute costs differ by role."""
+
+    MAIN = "main"
+    """The main process's last local GPU: it holds the output layer and computes the logits."""
+    LOCAL = "local"
+    """Another local GPU of the main worker."""
+    RPC = "rpc"
+    """A GPU behind an ``rpc-server`` process on another worker."""
+
+
+class ComputeBuffer(Frozen):
+    """Compute (graph) buffer of one device: larger when any layer stays on the host."""
+
+    full_offload_bytes: NonNegInt = 0
+    partial_offload_bytes: NonNegInt = 0
+
+    def bytes_for(self, partial: bool) -> int:
+        return self.partial_offload_bytes if partial else self.full_offload_bytes
+
+
+class RoleCosts(Frozen):
+    """Per-device costs that do not depend on how many blocks the device holds."""
+
+    fixed_bytes: NonNegInt = 0
+    """Per-process runtime cost on the device (CUDA context, cuBLAS, pools)."""
+    compute: ComputeBuffer = ComputeBuffer()
+
+
+class MemoryProfile(Frozen):
+    """Per-block and per-role memory of one model under one set of runtime options."""
+
+    block_weight_bytes: tuple[NonNegInt, ...] = Field(min_length=1)
+    """Weights of each transformer block, in block order."""
+    block_kv_bytes: tuple[NonNegInt, ...]
+    """KV cache (or recurrent state) of each block at the chosen ctx, cache types and slots."""
+    block_host_weight_bytes: tuple[NonNegInt, ...] | None = None
+    """RAM a block costs when kept on the host (mmap/repack policy); default: its weights."""
+    output_weight_bytes: NonNegInt = 0
+    """The output layer (output norm + output projection, or the tied embedding copy)."""
+    token_embedding_bytes: NonNegInt = 0
+    """The token embedding: always in host RAM."""
+    main: RoleCosts = RoleCosts()
+    local: RoleCosts = RoleCosts()
+    rpc: RoleCosts = RoleCosts()
+    unified: RoleCosts | None = None
+    """Costs of a GPU on a unified-memory worker, when they differ (e.g. no CUDA context)."""
+    host_fixed_bytes: NonNegInt = 0
+    """RAM of the main process beyond weights, KV and compute (metadata, output buffer, runtime)."""
+    host_compute: ComputeBuffer = ComputeBuffer()
+    """Host compute buffer of the main process (CPU or pinned staging)."""
+    rpc_host_fixed_bytes: NonNegInt = 0
+    """RAM one rpc-server process costs its worker."""
+    extra_main_gpu_bytes: NonNegInt = 0
+    """Extras on the main GPU (a multimodal projector, ``--mmproj``)."""
+    warnings: tuple[str, ...] = ()
+    """What the estimator could not model exactly."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        n_blocks = len(self.block_weight_bytes)
+        if len(self.block_kv_bytes) != n_blocks:
+            raise InputError("block_kv_bytes", f"has {len(self.block_kv_bytes)} entries, block_weight_bytes has {n_blocks}")
+        if self.block_host_weight_bytes is not None and len(self.block_host_weight_bytes) != n_blocks:
+            raise InputError(
+                "block_host_weight_bytes",
+                f"has {len(self.block_host_weight_bytes)} entries, block_weight_bytes has {n_blocks}",
+            )
+        return self
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.block_weight_bytes)
+
+    @property
+    def n_layers(self) -> int:
+        """Blocks plus the output layer: the count ``-ngl`` refers to for full offload."""
+        return self.n_blocks + 1
+
+    def host_weight_bytes(self, block: int) -> int:
+        weights = self.block_host_weight_bytes or self.block_weight_bytes
+        return weights[block]
+
+    def role_costs(self, role: DeviceRole, unified_worker: bool) -> RoleCosts:
+        if unified_worker and self.unified is not None:
+            return self.unified
+        return {DeviceRole.MAIN: self.main, DeviceRole.LOCAL: self.local, DeviceRole.RPC: self.rpc}[role]
+
+    @classmethod
+    def uniform(
+        cls,
+        n_blocks: int,
+        block_weight_bytes: int,
+        block_kv_bytes: int,
+        *,
+        output_weight_bytes: int = 0,
+        token_embedding_bytes: int = 0,
+        gpu_fixed_bytes: int = 0,
+        compute: ComputeBuffer = ComputeBuffer(),
+        host_fixed_bytes: int = 0,
+        host_compute: ComputeBuffer = ComputeBuffer(),
+        rpc_host_fixed_bytes: int = 0,
+    ) -> MemoryProfile:
+        """A profile whose blocks are all alike and whose roles all cost the same."""
+        role = RoleCosts(fixed_bytes=gpu_fixed_bytes, compute=compute)
+        return cls(
+            block_weight_bytes=(block_weight_bytes,) * n_blocks,
+            block_kv_bytes=(block_kv_bytes,) * n_blocks,
+            output_weight_bytes=output_weight_bytes,
+            token_embedding_bytes=token_embedding_bytes,
+            main=role,
+            local=role,
+            rpc=role,
+            host_fixed_bytes=host_fixed_bytes,
+            host_compute=host_compute,
+            rpc_host_fixed_bytes=rpc_host_fixed_bytes,
+        )
