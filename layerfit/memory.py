@@ -62,7 +62,9 @@ def host_prefix_bytes(profile: MemoryProfile) -> tuple[int, ...]:
     return (0, *accumulate(per_block))
 
 
-def main_host_overhead_bytes(profile: MemoryProfile, *, partial: bool, output_offloaded: bool, has_main_gpu: bool) -> int:
+def main_host_overhead_bytes(
+    profile: MemoryProfile, *, partial: bool, output_offloaded: bool, has_main_gpu: bool
+) -> int:
     """Main-worker RAM besides kept blocks: fixed, embedding, kept output layer, compute, extras."""
     ram = profile.host_fixed_bytes + profile.token_embedding_bytes + profile.host_compute.bytes_for(partial)
     if not output_offloaded:
@@ -266,4 +268,6 @@ def layout_from_flags(
         for i, (worker, index) in enumerate(gpus)
         if per_device[i] or i == output_device
     )
-    return Layout(main_worker=main_worker, n_blocks=n_blocks, devices=assignments, output_offloaded=output_device is not None)
+    return Layout(
+        main_worker=main_worker, n_blocks=n_blocks, devices=assignments, output_offloaded=output_device is not None
+    )

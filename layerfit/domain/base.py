@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 NonNegInt = Annotated[int, Field(ge=0)]
 """A count or a size in bytes: never negative."""
 
 PosInt = Annotated[int, Field(gt=0)]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+}
+_SIZE_PATTERN = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[a-zA-Z]*)\s*$")
+
+
+def parse_size(value: Any) -> Any:
+    """Accept ``"80 GiB"``, ``"512MiB"``, ``"1.5 GB"`` as well as plain integers (bytes)."""
+    if not isinstance(value, str):
+        return value
+    match = _SIZE_PATTERN.match(value)
+    unit = match["unit"].lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"not a size: {value!r} (write bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+    return int(float(match["number"]) * _UNITS[unit])
+
+
+Bytes = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
+"""A size in bytes; YAML/JSON may also write it with a unit (``"24 GiB"``)."""
 
 GiB = 1024**3
 MiB = 1024**2

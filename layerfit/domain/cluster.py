@@ -8,7 +8,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.base import Bytes, Frozen, NonNegInt
 from layerfit.errors import InputError
 
 GPU_TYPES = ("cuda", "rocm", "musa", "npu", "metal", "vulkan", "sycl", "cann", "dcu", "mlu")
@@ -23,8 +23,8 @@ class Gpu(Frozen):
     index: NonNegInt
     type: str = "cuda"
     name: str = ""
-    total_vram_bytes: NonNegInt
-    allocatable_vram_bytes: NonNegInt
+    total_vram_bytes: Bytes
+    allocatable_vram_bytes: Bytes
 
     @model_validator(mode="after")
     def _allocatable_within_total(self) -> Self:
@@ -34,7 +34,9 @@ class Gpu(Frozen):
                 f"{self.allocatable_vram_bytes} exceeds total_vram_bytes {self.total_vram_bytes}",
             )
         if self.type not in GPU_TYPES:
-            raise InputError(f"gpu[{self.index}].type", f"unknown GPU type {self.type!r}; known: {', '.join(GPU_TYPES)}")
+            raise InputError(
+                f"gpu[{self.index}].type", f"unknown GPU type {self.type!r}; known: {', '.join(GPU_TYPES)}"
+            )
         return self
 
 
@@ -48,8 +50,8 @@ class Worker(Frozen):
     labels: dict[str, str] = Field(default_factory=dict)
     unified_memory: bool = False
     """One memory pool shared by CPU and GPU (Apple silicon and similar)."""
-    total_ram_bytes: NonNegInt
-    allocatable_ram_bytes: NonNegInt
+    total_ram_bytes: Bytes
+    allocatable_ram_bytes: Bytes
     gpus: tuple[Gpu, ...] = ()
 
     @model_validator(mode="after")

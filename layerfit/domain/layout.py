@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.base import Bytes, Frozen, NonNegInt
 from layerfit.domain.profile import DeviceRole
 from layerfit.errors import InputError
 
@@ -103,17 +103,22 @@ class DeviceClaim(Frozen):
     blocks: NonNegInt
     first_block: NonNegInt
     holds_output: bool
-    weight_bytes: NonNegInt
-    kv_bytes: NonNegInt
-    output_bytes: NonNegInt
-    compute_bytes: NonNegInt
-    fixed_bytes: NonNegInt
-    extra_bytes: NonNegInt = 0
+    weight_bytes: Bytes
+    kv_bytes: Bytes
+    output_bytes: Bytes
+    compute_bytes: Bytes
+    fixed_bytes: Bytes
+    extra_bytes: Bytes = 0
 
     @property
     def total_bytes(self) -> int:
         return (
-            self.weight_bytes + self.kv_bytes + self.output_bytes + self.compute_bytes + self.fixed_bytes + self.extra_bytes
+            self.weight_bytes
+            + self.kv_bytes
+            + self.output_bytes
+            + self.compute_bytes
+            + self.fixed_bytes
+            + self.extra_bytes
         )
 
 
@@ -123,19 +128,24 @@ class WorkerClaim(Frozen):
     worker: str
     is_main: bool
     unified_memory: bool = False
-    fixed_bytes: NonNegInt = 0
-    weight_bytes: NonNegInt = 0
-    kv_bytes: NonNegInt = 0
-    embedding_bytes: NonNegInt = 0
-    output_bytes: NonNegInt = 0
-    compute_bytes: NonNegInt = 0
-    vram_bytes: NonNegInt = 0
+    fixed_bytes: Bytes = 0
+    weight_bytes: Bytes = 0
+    kv_bytes: Bytes = 0
+    embedding_bytes: Bytes = 0
+    output_bytes: Bytes = 0
+    compute_bytes: Bytes = 0
+    vram_bytes: Bytes = 0
     """Sum of this worker's device claims."""
 
     @property
     def ram_bytes(self) -> int:
         return (
-            self.fixed_bytes + self.weight_bytes + self.kv_bytes + self.embedding_bytes + self.output_bytes + self.compute_bytes
+            self.fixed_bytes
+            + self.weight_bytes
+            + self.kv_bytes
+            + self.embedding_bytes
+            + self.output_bytes
+            + self.compute_bytes
         )
 
     @property

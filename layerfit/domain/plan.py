@@ -50,6 +50,7 @@ class ReasonKind(StrEnum):
     IMAGE_MODEL_SPLIT = "image_model_split"
     OFFLOAD_ORDER = "offload_order"
     BLOCK_COUNT_MISMATCH = "block_count_mismatch"
+    CLAIMS_MISMATCH = "claims_mismatch"
     NO_CANDIDATE = "no_candidate"
 
 

@@ -11,7 +11,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.base import Bytes, Frozen
 from layerfit.errors import InputError
 
 
@@ -29,8 +29,8 @@ class DeviceRole(StrEnum):
 class ComputeBuffer(Frozen):
     """Compute (graph) buffer of one device: larger when any layer stays on the host."""
 
-    full_offload_bytes: NonNegInt = 0
-    partial_offload_bytes: NonNegInt = 0
+    full_offload_bytes: Bytes = 0
+    partial_offload_bytes: Bytes = 0
 
     def bytes_for(self, partial: bool) -> int:
         return self.partial_offload_bytes if partial else self.full_offload_bytes
@@ -39,7 +39,7 @@ class ComputeBuffer(Frozen):
 class RoleCosts(Frozen):
     """Per-device costs that do not depend on how many blocks the device holds."""
 
-    fixed_bytes: NonNegInt = 0
+    fixed_bytes: Bytes = 0
     """Per-process runtime cost on the device (CUDA context, cuBLAS, pools)."""
     compute: ComputeBuffer = ComputeBuffer()
 
@@ -47,28 +47,28 @@ class RoleCosts(Frozen):
 class MemoryProfile(Frozen):
     """Per-block and per-role memory of one model under one set of runtime options."""
 
-    block_weight_bytes: tuple[NonNegInt, ...] = Field(min_length=1)
+    block_weight_bytes: tuple[Bytes, ...] = Field(min_length=1)
     """Weights of each transformer block, in block order."""
-    block_kv_bytes: tuple[NonNegInt, ...]
+    block_kv_bytes: tuple[Bytes, ...]
     """KV cache (or recurrent state) of each block at the chosen ctx, cache types and slots."""
-    block_host_weight_bytes: tuple[NonNegInt, ...] | None = None
+    block_host_weight_bytes: tuple[Bytes, ...] | None = None
     """RAM a block costs when kept on the host (mmap/repack policy); default: its weights."""
-    output_weight_bytes: NonNegInt = 0
+    output_weight_bytes: Bytes = 0
     """The output layer (output norm + output projection, or the tied embedding copy)."""
-    token_embedding_bytes: NonNegInt = 0
+    token_embedding_bytes: Bytes = 0
     """The token embedding: always in host RAM."""
     main: RoleCosts = RoleCosts()
     local: RoleCosts = RoleCosts()
     rpc: RoleCosts = RoleCosts()
     unified: RoleCosts | None = None
     """Costs of a GPU on a unified-memory worker, when they differ (e.g. no CUDA context)."""
-    host_fixed_bytes: NonNegInt = 0
+    host_fixed_bytes: Bytes = 0
     """RAM of the main process beyond weights, KV and compute (metadata, output buffer, runtime)."""
     host_compute: ComputeBuffer = ComputeBuffer()
     """Host compute buffer of the main process (CPU or pinned staging)."""
-    rpc_host_fixed_bytes: NonNegInt = 0
+    rpc_host_fixed_bytes: Bytes = 0
     """RAM one rpc-server process costs its worker."""
-    extra_main_gpu_bytes: NonNegInt = 0
+    extra_main_gpu_bytes: Bytes = 0
     """Extras on the main GPU (a multimodal projector, ``--mmproj``)."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
@@ -77,7 +77,9 @@ class MemoryProfile(Frozen):
     def _consistent(self) -> Self:
         n_blocks = len(self.block_weight_bytes)
         if len(self.block_kv_bytes) != n_blocks:
-            raise InputError("block_kv_bytes", f"has {len(self.block_kv_bytes)} entries, block_weight_bytes has {n_blocks}")
+            raise InputError(
+                "block_kv_bytes", f"has {len(self.block_kv_bytes)} entries, block_weight_bytes has {n_blocks}"
+            )
         if self.block_host_weight_bytes is not None and len(self.block_host_weight_bytes) != n_blocks:
             raise InputError(
                 "block_host_weight_bytes",

@@ -1,0 +1,271 @@
+"""check(): every way a plan breaks the rules, each as a typed Reason. Independent of any engine.
+
+The memory numbers come from ``layerfit.memory.claims``; this module only compares them with the
+cluster's capacities and the deployment's rules.
+"""
+
+from __future__ import annotations
+
+from layerfit.domain.base import format_bytes
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import OffloadOrder, PlannerConfig
+from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.plan import Plan, Reason, ReasonKind
+from layerfit.domain.profile import MemoryProfile
+from layerfit.memory import claims as compute_claims
+from layerfit.memory import gpu_layers_flag, split_layers
+
+
+def capacity_reasons(cluster: Cluster, claims: Claims) -> tuple[Reason, ...]:
+    """Every device, worker RAM or unified pool that the claims overflow, with the shortfall."""
+    reasons: list[Reason] = []
+    for device in claims.devices:
+        gpu = cluster.worker(device.worker).gpu(device.gpu_index)
+        if device.total_bytes > gpu.allocatable_vram_bytes:
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.INSUFFICIENT_VRAM,
+                    message=(
+                        f"GPU {device.worker}:{gpu.type}:{gpu.index} needs {format_bytes(device.total_bytes)} VRAM, "
+                        f"{format_bytes(gpu.allocatable_vram_bytes)} allocatable "
+                        f"({format_bytes(device.total_bytes - gpu.allocatable_vram_bytes)} short)"
+                    ),
+                    resource="vram",
+                    needed_bytes=device.total_bytes,
+                    available_bytes=gpu.allocatable_vram_bytes,
+                    worker=device.worker,
+                    gpu_index=device.gpu_index,
+                )
+            )
+    for claim in claims.workers:
+        worker = cluster.worker(claim.worker)
+        needed = claim.pool_bytes if worker.unified_memory else claim.ram_bytes
+        if needed > worker.allocatable_ram_bytes:
+            kind = ReasonKind.INSUFFICIENT_UNIFIED_MEMORY if worker.unified_memory else ReasonKind.INSUFFICIENT_RAM
+            what = "unified memory (RAM + VRAM)" if worker.unified_memory else "RAM"
+            reasons.append(
+                Reason(
+                    kind=kind,
+                    message=(
+                        f"worker {claim.worker} needs {format_bytes(needed)} {what}, "
+                        f"{format_bytes(worker.allocatable_ram_bytes)} allocatable "
+                        f"({format_bytes(needed - worker.allocatable_ram_bytes)} short)"
+                    ),
+                    resource="unified" if worker.unified_memory else "ram",
+                    needed_bytes=needed,
+                    available_bytes=worker.allocatable_ram_bytes,
+                    worker=claim.worker,
+                )
+            )
+    return tuple(reasons)
+
+
+def unified_workers(cluster: Cluster) -> frozenset[str]:
+    """Names of the workers with one CPU/GPU memory pool."""
+    return frozenset(worker.name for worker in cluster.workers if worker.unified_memory)
+
+
+def reference_reasons(cluster: Cluster, layout: Layout) -> tuple[Reason, ...]:
+    """Workers or GPUs the layout names that the cluster does not have."""
+    reasons: list[Reason] = []
+    if not cluster.has_worker(layout.main_worker):
+        reasons.append(
+            Reason(
+                kind=ReasonKind.UNKNOWN_WORKER,
+                message=f"main worker {layout.main_worker!r} is not in the cluster",
+                worker=layout.main_worker,
+            )
+        )
+    for device in layout.devices:
+        if not cluster.has_worker(device.worker):
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.UNKNOWN_WORKER,
+                    message=f"worker {device.worker!r} is not in the cluster",
+                    worker=device.worker,
+                )
+            )
+        elif not cluster.worker(device.worker).has_gpu(device.gpu_index):
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.UNKNOWN_GPU,
+                    message=f"worker {device.worker!r} has no GPU {device.gpu_index}",
+                    worker=device.worker,
+                    gpu_index=device.gpu_index,
+                )
+            )
+    return tuple(reasons)
+
+
+def offload_order_reasons(layout: Layout, order: OffloadOrder) -> tuple[Reason, ...]:
+    """A layout whose output-layer placement llama.cpp (of the configured build) cannot produce."""
+    if order is OffloadOrder.OUTPUT_FIRST:
+        valid = layout.output_offloaded == bool(layout.devices)
+        rule = "current llama.cpp offloads the output layer first whenever any layer is on a GPU"
+    else:
+        valid = not layout.output_offloaded or layout.cpu_blocks == 0
+        rule = "llama.cpp before December 2025 offloads the output layer only after every block"
+    if valid:
+        return ()
+    return (Reason(kind=ReasonKind.OFFLOAD_ORDER, message=f"output layer placement: {rule}"),)
+
+
+def rule_reasons(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, layout: Layout, config: PlannerConfig
+) -> tuple[Reason, ...]:
+    """The deployment's rules: -ngl, -ts, selection, switches, RPC cap, image models."""
+    reasons: list[Reason] = []
+    params = deployment.params
+    n_layers = profile.n_layers
+    if params.n_gpu_layers is not None:
+        wanted = min(params.n_gpu_layers, n_layers)
+        got = gpu_layers_flag(layout)
+        if got != wanted:
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.GPU_LAYERS_NOT_HONOURED,
+                    message=f"--n-gpu-layers {params.n_gpu_layers} asks for {wanted} layers on GPUs, "
+                    f"the layout has {got}",
+                    resource="n_gpu_layers",
+                )
+            )
+    if params.tensor_split is not None:
+        reasons.extend(_tensor_split_reasons(params.tensor_split, layout, config.offload_order))
+    elif deployment.gpu_selection is not None:
+        selected = {(ref.worker, ref.index) for ref in deployment.gpu_selection}
+        for device in layout.devices:
+            if (device.worker, device.gpu_index) not in selected:
+                reasons.append(
+                    Reason(
+                        kind=ReasonKind.SELECTION_IGNORED,
+                        message=f"GPU {device.worker}:{device.gpu_index} is used but not in the manual selection",
+                        worker=device.worker,
+                        gpu_index=device.gpu_index,
+                    )
+                )
+        if layout.main_worker not in deployment.selected_workers:
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.SELECTION_IGNORED,
+                    message=f"main worker {layout.main_worker} has no selected GPU",
+                    worker=layout.main_worker,
+                )
+            )
+    if not deployment.cpu_offloading and not layout.full_offload:
+        reasons.append(
+            Reason(
+                kind=ReasonKind.CPU_OFFLOAD_NOT_ALLOWED,
+                message=f"{layout.cpu_blocks} blocks (and the output layer: {not layout.output_offloaded}) stay on the "
+                "CPU but CPU offloading is not allowed",
+            )
+        )
+    rpc_count = len(layout.rpc_devices)
+    if rpc_count and not deployment.distributed_inference_across_workers:
+        reasons.append(
+            Reason(
+                kind=ReasonKind.DISTRIBUTION_NOT_ALLOWED,
+                message=f"the layout uses {rpc_count} RPC servers but distribution across workers is not allowed",
+            )
+        )
+    if rpc_count > config.max_rpc_servers:
+        reasons.append(
+            Reason(
+                kind=ReasonKind.TOO_MANY_RPC_SERVERS,
+                message=f"{rpc_count} RPC servers, at most {config.max_rpc_servers} allowed",
+            )
+        )
+    if deployment.kind is ModelKind.IMAGE and (len(layout.devices) != 1 or not layout.full_offload):
+        reasons.append(
+            Reason(
+                kind=ReasonKind.IMAGE_MODEL_SPLIT,
+                message="image models run fully offloaded on a single GPU only",
+            )
+        )
+    return tuple(reasons)
+
+
+def _tensor_split_reasons(tensor_split: tuple[float, ...], layout: Layout, order: OffloadOrder) -> tuple[Reason, ...]:
+    """The layout must be what llama.cpp makes of the user's split over the layout's devices.
+
+    Zero shares name devices that get nothing; the remaining shares map, in order, onto the layout's
+    devices.
+    """
+    shares = tuple(share for share in tensor_split if share > 0)
+    if len(shares) != len(layout.devices):
+        return (
+            Reason(
+                kind=ReasonKind.TENSOR_SPLIT_NOT_HONOURED,
+                message=f"--tensor-split has {len(shares)} non-zero shares, the layout uses {len(layout.devices)} GPUs",
+                resource="tensor_split",
+            ),
+        )
+    if not layout.devices:
+        return ()
+    _, per_device, output = split_layers(layout.n_blocks, gpu_layers_flag(layout), shares, order)
+    if per_device != tuple(device.blocks for device in layout.devices) or output != layout.output_offloaded:
+        return (
+            Reason(
+                kind=ReasonKind.TENSOR_SPLIT_NOT_HONOURED,
+                message=f"--tensor-split {','.join(f'{s:g}' for s in tensor_split)} gives blocks {list(per_device)}, "
+                f"the layout has {[device.blocks for device in layout.devices]}",
+                resource="tensor_split",
+            ),
+        )
+    return ()
+
+
+def check_layout(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    layout: Layout,
+    config: PlannerConfig = PlannerConfig(),
+) -> tuple[Reason, ...]:
+    """Every violation of a layout: references, llama.cpp's offload order, rules, capacities."""
+    missing = reference_reasons(cluster, layout)
+    if missing:
+        return missing
+    if layout.n_blocks != profile.n_blocks:
+        return (
+            Reason(
+                kind=ReasonKind.BLOCK_COUNT_MISMATCH,
+                message=f"layout has {layout.n_blocks} blocks, the model has {profile.n_blocks}",
+            ),
+        )
+    needed = compute_claims(profile, layout, unified_workers(cluster))
+    return (
+        *offload_order_reasons(layout, config.offload_order),
+        *rule_reasons(cluster, deployment, profile, layout, config),
+        *capacity_reasons(cluster, needed),
+    )
+
+
+def check(
+    cluster: Cluster,
+    deployment: Deployment,
+    plan: Plan | Layout,
+    profile: MemoryProfile,
+    config: PlannerConfig = PlannerConfig(),
+) -> tuple[Reason, ...]:
+    """Every violation of a plan (its best layout and every alternative), or of a bare layout.
+
+    A plan's stated claims must also equal what the memory model computes for its layout.
+    """
+    if isinstance(plan, Layout):
+        return check_layout(cluster, deployment, profile, plan, config)
+    reasons: list[Reason] = []
+    candidates = ([plan.best] if plan.best is not None else []) + list(plan.alternatives)
+    for candidate in candidates:
+        layout_reasons = check_layout(cluster, deployment, profile, candidate.layout, config)
+        reasons.extend(layout_reasons)
+        if not layout_reasons and candidate.claims != compute_claims(
+            profile, candidate.layout, unified_workers(cluster)
+        ):
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.CLAIMS_MISMATCH,
+                    message="the plan's claims differ from the memory model's claims for its layout",
+                )
+            )
+    return tuple(reasons)

@@ -1,0 +1,106 @@
+"""Layout -> llama.cpp command lines: one ``llama-server`` and one ``rpc-server`` per RPC device.
+
+The main command pins the layout exactly: integer per-device layer counts as ``-ts`` with the
+matching ``-ngl``, the device list in llama.cpp order (RPC servers first), and ``--fit off`` so that
+llama.cpp does not re-fit what was decided here. Device names follow ggml: ``CUDA0``, ``ROCm1``,
+``Vulkan0``, ... for local GPUs, ``RPC0``, ``RPC1``, ... for the ``--rpc`` endpoints in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.layout import DeviceAssignment, Layout
+from layerfit.domain.params import LlamaParams
+from layerfit.domain.plan import Command
+from layerfit.errors import InputError
+from layerfit.memory import gpu_layers_flag, tensor_split_counts
+
+_BACKEND_NAMES = {
+    "cuda": "CUDA",
+    "rocm": "ROCm",
+    "dcu": "ROCm",
+    "musa": "MUSA",
+    "metal": "MTL",
+    "vulkan": "Vulkan",
+    "sycl": "SYCL",
+    "cann": "CANN",
+    "npu": "CANN",
+    "mlu": "MLU",
+}
+
+
+def device_name(gpu_type: str, index: int) -> str:
+    """ggml's name for a local GPU: ``CUDA0``, ``ROCm1``, ..."""
+    return f"{_BACKEND_NAMES.get(gpu_type, gpu_type.upper())}{index}"
+
+
+def rpc_endpoints(cluster: Cluster, layout: Layout, config: PlannerConfig = PlannerConfig()) -> tuple[str, ...]:
+    """``host:port`` of each RPC device, in layout order; ports count up per worker from the base."""
+    next_port: dict[str, int] = {}
+    endpoints: list[str] = []
+    for device in layout.rpc_devices:
+        port = next_port.get(device.worker, config.rpc_port_base)
+        next_port[device.worker] = port + 1
+        endpoints.append(f"{cluster.worker(device.worker).host}:{port}")
+    return tuple(endpoints)
+
+
+def server_command(
+    cluster: Cluster,
+    layout: Layout,
+    model_path: str,
+    params: LlamaParams,
+    config: PlannerConfig = PlannerConfig(),
+    *,
+    program: str = "llama-server",
+    extra_args: tuple[str, ...] = (),
+) -> Command:
+    """The ``llama-server`` command on the main worker that reproduces ``layout`` exactly."""
+    main = cluster.worker(layout.main_worker)
+    argv: list[str] = ["-m", model_path, *params.to_args(), "-ngl", str(gpu_layers_flag(layout))]
+    if not layout.devices:
+        argv += ["--device", "none"]
+    else:
+        endpoints = rpc_endpoints(cluster, layout, config)
+        names = [f"RPC{i}" for i in range(len(endpoints))]
+        names += [device_name(main.gpu(device.gpu_index).type, device.gpu_index) for device in layout.local_devices]
+        argv += ["-ts", ",".join(str(count) for count in tensor_split_counts(layout))]
+        argv += ["--device", ",".join(names)]
+        if endpoints:
+            argv += ["--rpc", ",".join(endpoints)]
+    argv += ["--fit", "off", *extra_args]
+    return Command(worker=main.name, program=program, argv=tuple(argv))
+
+
+def rpc_server_command(
+    cluster: Cluster, device: DeviceAssignment, port: int, *, program: str = "rpc-server", bind_host: str = "0.0.0.0"
+) -> Command:
+    """One ``rpc-server`` serving one GPU of a non-main worker."""
+    gpu = cluster.worker(device.worker).gpu(device.gpu_index)
+    argv = ("--host", bind_host, "--port", str(port), "--device", device_name(gpu.type, gpu.index))
+    return Command(worker=device.worker, program=program, argv=argv)
+
+
+def commands(
+    cluster: Cluster,
+    layout: Layout,
+    model_path: str,
+    params: LlamaParams,
+    config: PlannerConfig = PlannerConfig(),
+    *,
+    programs: Mapping[str, str] | None = None,
+) -> tuple[Command, ...]:
+    """RPC servers first (they must be up before the main process connects), then ``llama-server``."""
+    names = {"server": "llama-server", "rpc": "rpc-server", **(programs or {})}
+    unknown = set(names) - {"server", "rpc"}
+    if unknown:
+        raise InputError("programs", f"unknown keys {sorted(unknown)}; use 'server' and 'rpc'")
+    endpoints = rpc_endpoints(cluster, layout, config)
+    rpc = tuple(
+        rpc_server_command(cluster, device, int(endpoint.rsplit(":", 1)[1]), program=names["rpc"])
+        for device, endpoint in zip(layout.rpc_devices, endpoints, strict=True)
+    )
+    return (*rpc, server_command(cluster, layout, model_path, params, config, program=names["server"]))
