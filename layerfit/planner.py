@@ -1,0 +1,72 @@
+"""plan(): heuristic -> hint -> CP-SAT -> check, for one deployment; evaluate(): a given layout."""
+
+from __future__ import annotations
+
+import time
+
+from layerfit.check import check_layout, unified_workers
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import Layout
+from layerfit.domain.plan import Candidate, EngineStats, Plan, Status, StrategyClass
+from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import InputError
+from layerfit.launch import commands
+from layerfit.memory import claims
+
+
+def resolve_profile(deployment: Deployment) -> MemoryProfile:
+    """The deployment's memory profile: given explicitly, or estimated from its GGUF file."""
+    if deployment.profile is not None:
+        return deployment.profile
+    from layerfit.estimators import profile_for
+
+    return profile_for(deployment)
+
+
+def strategy_class(layout: Layout) -> StrategyClass:
+    """Which of GPUStack's five strategy classes a layout falls into."""
+    if not layout.devices:
+        return StrategyClass.CPU_ONLY
+    if not layout.full_offload:
+        return StrategyClass.PARTIAL_OFFLOAD
+    if layout.rpc_devices:
+        return StrategyClass.DISTRIBUTED
+    return StrategyClass.MULTI_GPU if len(layout.devices) > 1 else StrategyClass.SINGLE_GPU
+
+
+def model_path(deployment: Deployment) -> str:
+    """The path to put after ``-m``; a placeholder when the deployment came with a profile only."""
+    return deployment.gguf_path if deployment.gguf_path is not None else f"{deployment.name}.gguf"
+
+
+def evaluate(
+    cluster: Cluster,
+    deployment: Deployment,
+    layout: Layout,
+    config: PlannerConfig = PlannerConfig(),
+    profile: MemoryProfile | None = None,
+) -> Plan:
+    """A plan for a layout chosen elsewhere: its claims, every violation, and the command lines."""
+    started = time.perf_counter()
+    profile = profile if profile is not None else resolve_profile(deployment)
+    if layout.n_blocks != profile.n_blocks:
+        raise InputError("layout.n_blocks", f"layout has {layout.n_blocks} blocks, the model has {profile.n_blocks}")
+    reasons = check_layout(cluster, deployment, profile, layout, config)
+    candidate = Candidate(
+        layout=layout,
+        claims=claims(profile, layout, unified_workers(cluster)),
+        strategy=strategy_class(layout),
+    )
+    status = Status.INFEASIBLE if reasons else Status.FEASIBLE
+    stats = EngineStats(engine="evaluate", wall_time_s=time.perf_counter() - started, status=status)
+    return Plan(
+        deployment=deployment.name,
+        status=status,
+        best=candidate,
+        reasons=reasons,
+        messages=tuple(reason.message for reason in reasons),
+        stats=(stats,),
+        commands=commands(cluster, layout, model_path(deployment), deployment.params, config),
+    )

@@ -1,0 +1,80 @@
+"""llama.cpp command lines from a layout."""
+
+from __future__ import annotations
+
+import shlex
+
+from layerfit.domain import Cluster, DeviceAssignment, Gpu, LlamaParams, OffloadOrder, PlannerConfig, Worker
+from layerfit.launch import commands
+from layerfit.memory import layout_from_flags, make_layout
+
+CLUSTER = Cluster(
+    workers=(
+        Worker(
+            id=1,
+            name="main",
+            address="10.0.0.1",
+            total_ram_bytes=1,
+            allocatable_ram_bytes=1,
+            gpus=(
+                Gpu(index=0, total_vram_bytes=1, allocatable_vram_bytes=1),
+                Gpu(index=1, type="rocm", total_vram_bytes=1, allocatable_vram_bytes=1),
+            ),
+        ),
+        Worker(
+            id=2,
+            name="r",
+            address="10.0.0.2",
+            total_ram_bytes=1,
+            allocatable_ram_bytes=1,
+            gpus=(
+                Gpu(index=0, total_vram_bytes=1, allocatable_vram_bytes=1),
+                Gpu(index=3, total_vram_bytes=1, allocatable_vram_bytes=1),
+            ),
+        ),
+    )
+)
+
+
+def flag(argv: tuple[str, ...], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_distributed_commands_reproduce_the_layout() -> None:
+    layout = make_layout(
+        "main",
+        40,
+        [
+            DeviceAssignment(worker="r", gpu_index=3, blocks=10),
+            DeviceAssignment(worker="r", gpu_index=0, blocks=5),
+            DeviceAssignment(worker="main", gpu_index=1, blocks=25),
+        ],
+    )
+    rpc_a, rpc_b, server = commands(CLUSTER, layout, "/models/m.gguf", LlamaParams(ctx_size=4096))
+    assert (rpc_a.worker, rpc_a.argv) == ("r", ("--host", "0.0.0.0", "--port", "50052", "--device", "CUDA3"))
+    assert flag(rpc_b.argv, "--port") == "50053"
+    argv = server.argv
+    assert server.worker == "main" and flag(argv, "-m") == "/models/m.gguf" and flag(argv, "-c") == "4096"
+    assert flag(argv, "--rpc") == "10.0.0.2:50052,10.0.0.2:50053"
+    assert flag(argv, "--device") == "RPC0,RPC1,ROCm1"
+    assert flag(argv, "--fit") == "off"
+    # The emitted -ngl/-ts, read back with llama.cpp's rule, give the same layout.
+    ngl, split = int(flag(argv, "-ngl")), [float(x) for x in flag(argv, "-ts").split(",")]
+    gpus = [(d.worker, d.gpu_index) for d in layout.devices]
+    assert layout_from_flags("main", gpus, 40, ngl, split, OffloadOrder.OUTPUT_FIRST) == layout
+    assert shlex.split(server.line)[0] == "llama-server"
+
+
+def test_cpu_only_uses_no_device() -> None:
+    (server,) = commands(CLUSTER, make_layout("main", 40, []), "m.gguf", LlamaParams(), PlannerConfig())
+    assert flag(server.argv, "-ngl") == "0" and flag(server.argv, "--device") == "none"
+    assert "--rpc" not in server.argv and "-ts" not in server.argv
+
+
+def test_user_flags_pass_through() -> None:
+    params = LlamaParams.from_args(["-np 4", "--no-mmap", "--threads 8", "-ctk q8_0"])
+    (server,) = commands(
+        CLUSTER, make_layout("main", 4, [DeviceAssignment(worker="main", gpu_index=0, blocks=4)]), "m.gguf", params
+    )
+    line = server.line
+    assert "-np 4" in line and "--no-mmap" in line and "--threads 8" in line and "-ctk q8_0" in line
