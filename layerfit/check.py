@@ -6,6 +6,8 @@ cluster's capacities and the deployment's rules.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from layerfit.domain.base import format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import OffloadOrder, PlannerConfig
@@ -17,30 +19,39 @@ from layerfit.memory import claims as compute_claims
 from layerfit.memory import gpu_layers_flag, split_layers
 
 
-def capacity_reasons(cluster: Cluster, claims: Claims) -> tuple[Reason, ...]:
-    """Every device, worker RAM or unified pool that the claims overflow, with the shortfall."""
+def capacity_reasons(cluster: Cluster, *all_claims: Claims) -> tuple[Reason, ...]:
+    """Every GPU, worker RAM or unified pool that the claims, added together, overflow."""
+    vram: Counter[tuple[str, int]] = Counter()
+    ram: Counter[str] = Counter()
+    pool: Counter[str] = Counter()
+    for claims in all_claims:
+        for device in claims.devices:
+            vram[(device.worker, device.gpu_index)] += device.total_bytes
+        for worker_claim in claims.workers:
+            ram[worker_claim.worker] += worker_claim.ram_bytes
+            pool[worker_claim.worker] += worker_claim.pool_bytes
     reasons: list[Reason] = []
-    for device in claims.devices:
-        gpu = cluster.worker(device.worker).gpu(device.gpu_index)
-        if device.total_bytes > gpu.allocatable_vram_bytes:
+    for (worker_name, index), needed in vram.items():
+        gpu = cluster.worker(worker_name).gpu(index)
+        if needed > gpu.allocatable_vram_bytes:
             reasons.append(
                 Reason(
                     kind=ReasonKind.INSUFFICIENT_VRAM,
                     message=(
-                        f"GPU {device.worker}:{gpu.type}:{gpu.index} needs {format_bytes(device.total_bytes)} VRAM, "
+                        f"GPU {worker_name}:{gpu.type}:{gpu.index} needs {format_bytes(needed)} VRAM, "
                         f"{format_bytes(gpu.allocatable_vram_bytes)} allocatable "
-                        f"({format_bytes(device.total_bytes - gpu.allocatable_vram_bytes)} short)"
+                        f"({format_bytes(needed - gpu.allocatable_vram_bytes)} short)"
                     ),
                     resource="vram",
-                    needed_bytes=device.total_bytes,
+                    needed_bytes=needed,
                     available_bytes=gpu.allocatable_vram_bytes,
-                    worker=device.worker,
-                    gpu_index=device.gpu_index,
+                    worker=worker_name,
+                    gpu_index=index,
                 )
             )
-    for claim in claims.workers:
-        worker = cluster.worker(claim.worker)
-        needed = claim.pool_bytes if worker.unified_memory else claim.ram_bytes
+    for worker_name in ram:
+        worker = cluster.worker(worker_name)
+        needed = pool[worker_name] if worker.unified_memory else ram[worker_name]
         if needed > worker.allocatable_ram_bytes:
             kind = ReasonKind.INSUFFICIENT_UNIFIED_MEMORY if worker.unified_memory else ReasonKind.INSUFFICIENT_RAM
             what = "unified memory (RAM + VRAM)" if worker.unified_memory else "RAM"
@@ -48,14 +59,14 @@ def capacity_reasons(cluster: Cluster, claims: Claims) -> tuple[Reason, ...]:
                 Reason(
                     kind=kind,
                     message=(
-                        f"worker {claim.worker} needs {format_bytes(needed)} {what}, "
+                        f"worker {worker_name} needs {format_bytes(needed)} {what}, "
                         f"{format_bytes(worker.allocatable_ram_bytes)} allocatable "
                         f"({format_bytes(needed - worker.allocatable_ram_bytes)} short)"
                     ),
                     resource="unified" if worker.unified_memory else "ram",
                     needed_bytes=needed,
                     available_bytes=worker.allocatable_ram_bytes,
-                    worker=claim.worker,
+                    worker=worker_name,
                 )
             )
     return tuple(reasons)

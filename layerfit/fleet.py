@@ -1,3 +1,630 @@
-"""plan_fleet(): place many deployments over a whole fleet at once (see the module docs once built)."""
+"""plan_fleet(): place every replica of many deployments over a whole fleet at once.
+
+Formulation (a column-based master problem):
+
+1. **Candidates.** For each deployment, a set of valid layouts, each checked alone against the
+   cluster: its current layouts; a single-GPU full offload on every GPU that can hold it (the claims
+   of such a layout do not depend on which GPU, so they are computed once); for every distinct kind
+   of worker (same GPUs, RAM and memory type) the single-deployment planner's best layouts on that
+   worker alone, mapped onto every worker of that kind; and, when distribution is allowed, the
+   planner's layouts over the whole cluster. Candidates are generated per deployment in parallel
+   (local process pool or Ray).
+2. **Master CP-SAT.** ``x[d, c]`` = replicas of deployment ``d`` that use candidate ``c``. The claims
+   of all chosen candidates add up per GPU and per worker (RAM, or the whole pool on unified-memory
+   workers) and must fit. Sizes are scaled to MiB, claims rounded up and capacities down, so the
+   scaled model can only be more conservative than the byte-exact check that follows.
+3. **Tiers, solved in order** (each stage fixes the previous optimum and is hinted with the previous
+   solution): priority weight placed (weights chosen so that one replica of a higher priority
+   outweighs every replica of all lower ones), layers on GPUs, moved replicas (relative to the
+   current placement; pinned replicas are fixed), then GPUs and workers used.
+
+Optimality is relative to the candidate set: a layout no generator proposes is never chosen. The
+reported gap is the master's own (bound vs. objective of the stage that stopped early).
+"""
 
 from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
+from layerfit.domain.base import MiB
+from layerfit.domain.cluster import Cluster, Worker
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.fleet import (
+    Executor,
+    Fleet,
+    FleetConfig,
+    FleetPlan,
+    Move,
+    PlacedReplica,
+    Placement,
+    UnplacedReplica,
+)
+from layerfit.domain.layout import Claims, DeviceAssignment, Layout
+from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Status
+from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import InputError, SolverError
+from layerfit.memory import claims as compute_claims
+from layerfit.memory import make_layout
+
+# ---------------------------------------------------------------------------------------------
+# Candidate generation
+# ---------------------------------------------------------------------------------------------
+
+CandidateSet = tuple[tuple[Layout, Claims], ...]
+
+
+def _worker_kind(worker: Worker) -> tuple[object, ...]:
+    gpus = tuple(sorted((gpu.type, gpu.allocatable_vram_bytes) for gpu in worker.gpus))
+    return (worker.allocatable_ram_bytes, worker.unified_memory, gpus)
+
+
+def _rename(layout: Layout, source: Worker, target: Worker) -> Layout | None:
+    """``layout`` (on ``source`` alone) moved onto an identical ``target``; GPUs matched by size."""
+    by_size: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for gpu in sorted(target.gpus, key=lambda g: g.index):
+        by_size[(gpu.type, gpu.allocatable_vram_bytes)].append(gpu.index)
+    devices = []
+    for device in layout.devices:
+        gpu = source.gpu(device.gpu_index)
+        free = by_size.get((gpu.type, gpu.allocatable_vram_bytes))
+        if not free:
+            return None
+        devices.append(DeviceAssignment(worker=target.name, gpu_index=free.pop(0), blocks=device.blocks))
+    return layout.model_copy(update={"main_worker": target.name, "devices": tuple(devices)})
+
+
+def _single_gpu_layouts(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+) -> list[Layout]:
+    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
+    layouts = []
+    for worker in cluster.workers:
+        for gpu in worker.gpus:
+            if selected is not None and (worker.name, gpu.index) not in selected:
+                continue
+            block = DeviceAssignment(worker=worker.name, gpu_index=gpu.index, blocks=profile.n_blocks)
+            layouts.append(make_layout(worker.name, profile.n_blocks, [block], config.offload_order))
+    return layouts
+
+
+def generate_candidates(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    current: Sequence[Layout] = (),
+) -> CandidateSet:
+    """Valid layouts for one deployment, each fitting the cluster alone (see the module docstring)."""
+    from layerfit.planner import plan as plan_one
+
+    proposals: list[Layout] = [*current, *_single_gpu_layouts(cluster, deployment, profile, config)]
+    kinds: dict[tuple[object, ...], list[Worker]] = defaultdict(list)
+    for worker in cluster.workers:
+        kinds[_worker_kind(worker)].append(worker)
+    for workers in kinds.values():
+        source = workers[0]
+        sub = Cluster(workers=(source,))
+        if deployment.gpu_selection is not None and source.name not in deployment.selected_workers:
+            continue
+        result = plan_one(sub, deployment, config, profile)
+        found = [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
+        for layout in found:
+            for target in workers:
+                moved = layout if target is source else _rename(layout, source, target)
+                if moved is not None:
+                    proposals.append(moved)
+    if deployment.distributed_inference_across_workers and len(cluster.workers) > 1:
+        result = plan_one(cluster, deployment, config, profile)
+        proposals += [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
+    unified = unified_workers(cluster)
+    seen: set[Layout] = set()
+    valid: list[tuple[Layout, Claims]] = []
+    for layout in proposals:
+        if layout in seen:
+            continue
+        seen.add(layout)
+        if check_layout(cluster, deployment, profile, layout, config):
+            continue
+        valid.append((layout, compute_claims(profile, layout, unified)))
+    return tuple(valid)
+
+
+def _candidates_task(
+    args: tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Layout, ...]],
+) -> CandidateSet:
+    return generate_candidates(*args)
+
+
+def _run_tasks(
+    tasks: list[tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Layout, ...]]], config: FleetConfig
+) -> list[CandidateSet]:
+    """Candidate generation over the configured executor; results in task order, identical everywhere."""
+    if config.executor is Executor.SERIAL or len(tasks) <= 1:
+        return [_candidates_task(task) for task in tasks]
+    if config.executor is Executor.RAY:
+        try:
+            import ray
+        except ImportError:
+            raise InputError("executor", "ray is not installed: pip install 'layerfit[ray]'") from None
+        if not ray.is_initialized():
+            ray.init(num_cpus=config.processes or None, include_dashboard=False, log_to_driver=False)
+        remote = ray.remote(_candidates_task)
+        return list(ray.get([remote.remote(task) for task in tasks]))
+    processes = config.processes or os.cpu_count() or 1
+    if processes <= 1:
+        return [_candidates_task(task) for task in tasks]
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        return list(pool.map(_candidates_task, tasks, chunksize=max(1, len(tasks) // (processes * 4))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Master problem
+# ---------------------------------------------------------------------------------------------
+
+
+def priority_weights(deployments: Sequence[Deployment]) -> dict[str, int]:
+    """Weights such that one replica of a priority outweighs all replicas of every lower priority."""
+    replicas_at: Counter[int] = Counter()
+    for deployment in deployments:
+        replicas_at[deployment.priority] += deployment.replicas
+    weight_of: dict[int, int] = {}
+    lower_total = 0
+    for priority in sorted(replicas_at):
+        weight_of[priority] = lower_total + 1
+        lower_total += weight_of[priority] * replicas_at[priority]
+    if lower_total >= 2**50:
+        raise InputError("priority", "too many distinct priorities to weigh exactly; use fewer levels")
+    return {deployment.name: weight_of[deployment.priority] for deployment in deployments}
+
+
+def _mib_up(n_bytes: int) -> int:
+    return -(-n_bytes // MiB)
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    def __init__(self, stage: str, started: float) -> None:
+        super().__init__()
+        self._stage = stage
+        self._started = started
+
+    def on_solution_callback(self) -> None:
+        print(
+            f"[{time.perf_counter() - self._started:7.2f}s] {self._stage}: objective {self.ObjectiveValue():.0f}, "
+            f"bound {self.BestObjectiveBound():.0f}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+class _Master:
+    """The master CP-SAT model: replicas per candidate, capacities, tier expressions."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        deployments: Sequence[Deployment],
+        candidates: Sequence[CandidateSet],
+        current: dict[str, Counter[Layout]],
+        pins: dict[str, Counter[Layout]],
+    ) -> None:
+        self.model = cp_model.CpModel()
+        self.deployments = deployments
+        self.candidates = candidates
+        self.x: list[list[cp_model.IntVar]] = []
+        gpu_load: dict[tuple[str, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+        ram_load: dict[str, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+        gpu_users: dict[tuple[str, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+        worker_users: dict[str, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+        kept_terms: list[cp_model.IntVar] = []
+        self.moves_total = 0
+        weights = priority_weights(deployments)
+        placed_terms: list[tuple[int, cp_model.IntVar]] = []
+        layer_terms: list[tuple[int, cp_model.IntVar]] = []
+        for d, (deployment, options) in enumerate(zip(deployments, candidates, strict=True)):
+            replicas = deployment.replicas
+            row = [self.model.new_int_var(0, replicas, f"x_{d}_{c}") for c in range(len(options))]
+            self.x.append(row)
+            if row:
+                self.model.add(sum(row) <= replicas)
+            placed_terms += [(weights[deployment.name], var) for var in row]
+            for (layout, claims), var in zip(options, row, strict=True):
+                layer_terms.append((layout.gpu_layers, var))
+                for device in claims.devices:
+                    key = (device.worker, device.gpu_index)
+                    gpu_load[key].append((_mib_up(device.total_bytes), var))
+                    gpu_users[key].append((replicas, var))
+                for worker_claim in claims.workers:
+                    unified = cluster.worker(worker_claim.worker).unified_memory
+                    need = worker_claim.pool_bytes if unified else worker_claim.ram_bytes
+                    ram_load[worker_claim.worker].append((_mib_up(need), var))
+                    worker_users[worker_claim.worker].append((replicas, var))
+            now = current.get(deployment.name, Counter())
+            self.moves_total += sum(now.values())
+            for c, (layout, _) in enumerate(options):
+                if layout in now:
+                    kept = self.model.new_int_var(0, now[layout], f"kept_{d}_{c}")
+                    self.model.add(kept <= row[c])
+                    kept_terms.append(kept)
+                pinned = pins.get(deployment.name, Counter()).get(layout, 0)
+                if pinned:
+                    self.model.add(row[c] >= pinned)
+        for worker in cluster.workers:
+            for gpu in worker.gpus:
+                load = gpu_load.get((worker.name, gpu.index))
+                if load:
+                    self.model.add(sum(size * var for size, var in load) <= gpu.allocatable_vram_bytes // MiB)
+            if worker.name in ram_load:
+                capacity = worker.allocatable_ram_bytes // MiB
+                self.model.add(sum(size * var for size, var in ram_load[worker.name]) <= capacity)
+        self.used_gpus = self._usage(gpu_users, "gpu")
+        self.used_workers = self._usage(worker_users, "worker")
+        self.placed = sum(weight * var for weight, var in placed_terms)
+        self.layers = sum(layers * var for layers, var in layer_terms)
+        self.kept = sum(kept_terms)
+        n_workers = len(cluster.workers)
+        self.footprint = sum(self.used_gpus) * (n_workers + 1) + sum(self.used_workers)
+
+    def _usage(self, users: Mapping[Any, list[tuple[int, cp_model.IntVar]]], name: str) -> list[cp_model.IntVar]:
+        flags = []
+        for i, terms in enumerate(users.values()):
+            flag = self.model.new_bool_var(f"used_{name}_{i}")
+            for replicas, var in terms:
+                self.model.add(var <= replicas * flag)
+            flags.append(flag)
+        return flags
+
+    def all_vars(self) -> list[cp_model.IntVar]:
+        return [var for row in self.x for var in row]
+
+
+def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[list[int]], tuple[int, ...], float | None]:
+    """Solve the tiers in order; returns status, replicas per candidate, tier values and the gap."""
+    started = time.perf_counter()
+    tiers: list[tuple[str, cp_model.LinearExprT, bool]] = [
+        ("priority weight placed", master.placed, True),
+        ("layers on GPUs", master.layers, True),
+        ("replicas kept in place", master.kept, True),
+        ("GPUs and workers used", master.footprint, False),
+    ]
+    solver = cp_model.CpSolver()
+    solver.parameters.random_seed = config.seed
+    solver.parameters.num_workers = config.num_search_workers or (os.cpu_count() or 1)
+    values: list[int] = []
+    status = Status.OPTIMAL
+    gap: float | None = 0.0
+    solution: list[int] | None = None
+    for position, (name, expression, maximize) in enumerate(tiers):
+        remaining = config.time_limit_s - (time.perf_counter() - started)
+        if remaining <= 0.05:
+            status = Status.FEASIBLE if solution is not None else Status.UNKNOWN
+            break
+        share = remaining / (len(tiers) - position) if position < len(tiers) - 1 else remaining
+        solver.parameters.max_time_in_seconds = share if solution is not None else remaining * 0.7
+        if maximize:
+            master.model.maximize(expression)
+        else:
+            master.model.minimize(expression)
+        callback = _Progress(name, started) if config.progress else None
+        outcome = solver.solve(master.model, callback)
+        if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if outcome == cp_model.INFEASIBLE:
+                raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
+            status = Status.FEASIBLE if solution is not None else Status.UNKNOWN
+            break
+        value = round(solver.objective_value)
+        values.append(value if maximize else -value)
+        solution = [solver.value(var) for var in master.all_vars()]
+        if outcome == cp_model.FEASIBLE:
+            status = Status.FEASIBLE
+            bound = solver.best_objective_bound
+            gap = abs(bound - value) / max(1.0, abs(value))
+        master.model.clear_hints()  # type: ignore[no-untyped-call]
+        for var, val in zip(master.all_vars(), solution, strict=True):
+            master.model.add_hint(var, val)
+        if maximize:
+            master.model.add(expression >= value)
+        else:
+            master.model.add(expression <= value)
+        if outcome == cp_model.FEASIBLE:
+            break
+    if solution is None:
+        return Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None
+    counts, flat = [], iter(solution)
+    for row in master.x:
+        counts.append([next(flat) for _ in row])
+    return status, counts, tuple(values), gap
+
+
+# ---------------------------------------------------------------------------------------------
+# Replicas, moves, reasons
+# ---------------------------------------------------------------------------------------------
+
+
+def _gpus(layout: Layout) -> tuple[str, ...]:
+    return tuple(f"{d.worker}:{d.gpu_index}" for d in layout.devices)
+
+
+def _assign_replicas(
+    deployment: Deployment, chosen: list[Layout], now: dict[int, Layout]
+) -> tuple[list[tuple[int, Layout, bool]], list[int]]:
+    """Give chosen layouts replica numbers: kept replicas keep theirs; returns (placed, unplaced)."""
+    pool = Counter(chosen)
+    placed: list[tuple[int, Layout, bool]] = []
+    free_ids = []
+    for replica in range(deployment.replicas):
+        layout = now.get(replica)
+        if layout is not None and pool[layout] > 0:
+            pool[layout] -= 1
+            placed.append((replica, layout, False))
+        else:
+            free_ids.append(replica)
+    rest = list(pool.elements())
+    for replica, layout in zip(free_ids, rest, strict=False):
+        placed.append((replica, layout, True))
+    unplaced = free_ids[len(rest) :]
+    return sorted(placed, key=lambda item: item[0]), unplaced
+
+
+def order_moves(
+    cluster: Cluster,
+    current: Sequence[tuple[str, int, Layout, Claims]],
+    target: Sequence[tuple[str, int, Layout, Claims]],
+) -> tuple[Move, ...]:
+    """Stops and starts in an order that never exceeds capacity.
+
+    Starts go first whenever they fit next to what still runs (no downtime); otherwise the replica
+    that blocks is stopped first, and the start is marked ``downtime``. Since the final state fits,
+    stopping everything that must go always makes room, so no double booking is ever needed.
+    """
+    running = {(d, r): claims for d, r, _, claims in current}
+    layout_of = {(d, r): layout for d, r, layout, _ in current}
+    wanted = {(d, r): (layout, claims) for d, r, layout, claims in target}
+    stops = [key for key in running if key not in wanted or wanted[key][0] != layout_of[key]]
+    starts = [key for key in wanted if key not in running or wanted[key][0] != layout_of[key]]
+    moves: list[Move] = []
+    stopped_first: set[tuple[str, int]] = set()
+
+    def fits(extra: Claims) -> bool:
+        return not capacity_reasons(cluster, *running.values(), extra)
+
+    def stop(key: tuple[str, int]) -> None:
+        layout = layout_of[key]
+        moves.append(
+            Move(
+                step=len(moves),
+                action="stop",
+                deployment=key[0],
+                replica=key[1],
+                worker=layout.main_worker,
+                gpus=_gpus(layout),
+            )
+        )
+        del running[key]
+        stops.remove(key)
+
+    while starts:
+        ready = next((key for key in starts if fits(wanted[key][1])), None)
+        if ready is None:
+            blocker = next((key for key in starts if key in stops), None) or (stops[0] if stops else None)
+            if blocker is None:
+                raise SolverError("moves cannot be ordered: the target placement does not fit")
+            stop(blocker)
+            stopped_first.add(blocker)
+            continue
+        layout, claims = wanted[ready]
+        if ready in running:
+            # make-before-break is impossible for the same replica id on a different layout only if
+            # both cannot coexist; they fit, so start the new one and stop the old one right after.
+            pass
+        moves.append(
+            Move(
+                step=len(moves),
+                action="start",
+                deployment=ready[0],
+                replica=ready[1],
+                worker=layout.main_worker,
+                gpus=_gpus(layout),
+                downtime=ready in stopped_first,
+            )
+        )
+        starts.remove(ready)
+        if ready in stops:
+            stop(ready)
+        running[(ready[0], ready[1])] = claims
+    for key in list(stops):
+        stop(key)
+    return tuple(moves)
+
+
+# ---------------------------------------------------------------------------------------------
+# plan_fleet() and the sequential baseline
+# ---------------------------------------------------------------------------------------------
+
+
+def _profiles(deployments: Sequence[Deployment]) -> list[MemoryProfile]:
+    from layerfit.planner import resolve_profile
+
+    return [resolve_profile(deployment) for deployment in deployments]
+
+
+def _pin_reasons(
+    fleet: Fleet, profiles: dict[str, MemoryProfile], config: PlannerConfig
+) -> tuple[dict[str, Counter[Layout]], list[Reason]]:
+    """Pins that still fit are enforced; a pin that no longer fits is reported, never dropped silently."""
+    by_name = {d.name: d for d in fleet.deployments}
+    pins: dict[str, Counter[Layout]] = defaultdict(Counter)
+    reasons: list[Reason] = []
+    for placement in fleet.current:
+        if not placement.pinned:
+            continue
+        deployment = by_name[placement.deployment]
+        broken = check_layout(fleet.cluster, deployment, profiles[deployment.name], placement.layout, config)
+        if broken:
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.PIN_BROKEN,
+                    message=f"pinned replica {placement.replica} of {placement.deployment} no longer fits where it is: "
+                    + "; ".join(reason.message for reason in broken),
+                    severity=Severity.WARNING,
+                    worker=placement.layout.main_worker,
+                )
+            )
+            continue
+        pins[placement.deployment][placement.layout] += 1
+    return pins, reasons
+
+
+def plan_fleet(
+    fleet: Fleet,
+    config: FleetConfig = FleetConfig(),
+    planner_config: PlannerConfig = PlannerConfig(time_limit_s=2.0),
+) -> FleetPlan:
+    """Place every replica that fits, jointly; then order the moves from the current placement."""
+    started = time.perf_counter()
+    cluster, deployments = fleet.cluster, fleet.deployments
+    profile_list = _profiles(deployments)
+    profiles = {d.name: p for d, p in zip(deployments, profile_list, strict=True)}
+    current_by: dict[str, dict[int, Layout]] = defaultdict(dict)
+    for placement in fleet.current:
+        current_by[placement.deployment][placement.replica] = placement.layout
+    tasks = [
+        (cluster, deployment, profile, planner_config, tuple(dict.fromkeys(current_by[deployment.name].values())))
+        for deployment, profile in zip(deployments, profile_list, strict=True)
+    ]
+    candidates = _run_tasks(tasks, config)
+    if config.max_candidates_per_deployment:
+        candidates = [options[: config.max_candidates_per_deployment] for options in candidates]
+    generated = time.perf_counter()
+    pins, reasons = _pin_reasons(fleet, profiles, planner_config)
+    current_counts = {name: Counter(layouts.values()) for name, layouts in current_by.items()}
+    master = _Master(cluster, deployments, candidates, current_counts, pins)
+    status, counts, values, gap = _solve_tiers(master, config)
+    placed: list[PlacedReplica] = []
+    unplaced: list[UnplacedReplica] = []
+    for deployment, options, row in zip(deployments, candidates, counts, strict=True):
+        chosen = [layout for (layout, _), n in zip(options, row, strict=True) for _ in range(n)]
+        claims_of = dict(options)
+        assigned, missing = _assign_replicas(deployment, chosen, current_by[deployment.name])
+        placed += [
+            PlacedReplica(deployment=deployment.name, replica=r, layout=layout, claims=claims_of[layout], moved=moved)
+            for r, layout, moved in assigned
+        ]
+        why = _unplaced_reason(deployment, options)
+        unplaced += [UnplacedReplica(deployment=deployment.name, replica=r, reasons=(why,)) for r in missing]
+    if capacity_reasons(cluster, *(p.claims for p in placed)):
+        raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")
+    # Replicas on workers or GPUs that are gone are not running any more: nothing to stop there.
+    unified = unified_workers(cluster)
+    current = [
+        (p.deployment, p.replica, p.layout, compute_claims(profiles[p.deployment], p.layout, unified))
+        for p in fleet.current
+        if not reference_reasons(cluster, p.layout)
+    ]
+    moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed])
+    stats = (
+        EngineStats(
+            engine="fleet",
+            wall_time_s=time.perf_counter() - started,
+            status=status,
+            details={
+                "candidate_generation_s": round(generated - started, 3),
+                "candidates": sum(len(options) for options in candidates),
+                "deployments": len(deployments),
+                "executor": config.executor.value,
+            },
+        ),
+    )
+    return FleetPlan(
+        status=status,
+        placements=tuple(placed),
+        unplaced=tuple(unplaced),
+        moves=moves,
+        reasons=tuple(reasons),
+        objective=values,
+        gap=gap,
+        stats=stats,
+    )
+
+
+def _unplaced_reason(deployment: Deployment, options: CandidateSet) -> Reason:
+    if not options:
+        return Reason(
+            kind=ReasonKind.NO_CANDIDATE,
+            message=f"{deployment.name} does not fit anywhere in this cluster, even alone",
+        )
+    return Reason(
+        kind=ReasonKind.NO_CANDIDATE,
+        message=f"{deployment.name}: no room left; its {len(options)} possible layouts are taken by deployments "
+        f"of the same or higher priority",
+        severity=Severity.WARNING,
+    )
+
+
+def subtract(cluster: Cluster, claims: Claims) -> Cluster:
+    """The cluster with ``claims`` taken out of its allocatable memory (for one-at-a-time placement)."""
+    workers = []
+    for worker in cluster.workers:
+        gpus = tuple(
+            gpu.model_copy(
+                update={
+                    "allocatable_vram_bytes": max(
+                        0, gpu.allocatable_vram_bytes - claims.vram_bytes(worker.name, gpu.index)
+                    )
+                }
+            )
+            for gpu in worker.gpus
+        )
+        claim = claims.worker(worker.name)
+        used = 0 if claim is None else (claim.pool_bytes if worker.unified_memory else claim.ram_bytes)
+        workers.append(
+            worker.model_copy(
+                update={"gpus": gpus, "allocatable_ram_bytes": max(0, worker.allocatable_ram_bytes - used)}
+            )
+        )
+    return cluster.model_copy(update={"workers": tuple(workers)})
+
+
+def plan_sequential(
+    fleet: Fleet, planner: Callable[[Cluster, Deployment, MemoryProfile], Layout | None]
+) -> tuple[list[PlacedReplica], list[UnplacedReplica]]:
+    """GPUStack's way: one replica at a time in arrival order, each taking what is left."""
+    cluster = fleet.cluster
+    placed: list[PlacedReplica] = []
+    unplaced: list[UnplacedReplica] = []
+    unified = unified_workers(cluster)
+    for deployment, profile in zip(fleet.deployments, _profiles(fleet.deployments), strict=True):
+        for replica in range(deployment.replicas):
+            layout = planner(cluster, deployment, profile)
+            if layout is None:
+                unplaced.append(UnplacedReplica(deployment=deployment.name, replica=replica))
+                continue
+            claims = compute_claims(profile, layout, unified)
+            placed.append(
+                PlacedReplica(deployment=deployment.name, replica=replica, layout=layout, claims=claims, moved=True)
+            )
+            cluster = subtract(cluster, claims)
+    return placed, unplaced
+
+
+__all__ = [
+    "Fleet",
+    "FleetConfig",
+    "FleetPlan",
+    "Placement",
+    "generate_candidates",
+    "order_moves",
+    "plan_fleet",
+    "plan_sequential",
+    "priority_weights",
+    "subtract",
+]

@@ -9,9 +9,9 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, EngineStats, Plan, Status, StrategyClass
+from layerfit.domain.plan import Candidate, EngineStats, Plan, Severity, Status, StrategyClass
 from layerfit.domain.profile import MemoryProfile
-from layerfit.errors import InputError
+from layerfit.errors import InputError, SolverError
 from layerfit.launch import commands
 from layerfit.memory import claims
 
@@ -70,3 +70,61 @@ def evaluate(
         stats=(stats,),
         commands=commands(cluster, layout, model_path(deployment), deployment.params, config),
     )
+
+
+def plan(
+    cluster: Cluster,
+    deployment: Deployment,
+    config: PlannerConfig = PlannerConfig(),
+    profile: MemoryProfile | None = None,
+) -> Plan:
+    """The best layout for one deployment: heuristic -> hint -> CP-SAT -> check.
+
+    The heuristic (GPUStack's strategy order) answers first and hints the solver. The solver's answer
+    wins when it has one; on UNKNOWN (time limit without a solution) the heuristic's plan is kept.
+    Every returned candidate passes ``check``; a violation here is a bug and raises ``SolverError``.
+    When nothing fits, the reasons say what is short and where.
+    """
+    from layerfit import heuristics, solver
+
+    profile = profile if profile is not None else resolve_profile(deployment)
+    quick = heuristics.plan(cluster, deployment, config, profile)
+    result = solver.solve(cluster, deployment, profile, config, hint=quick.layout)
+    stats = (*quick.stats, result.stats)
+    if result.best is not None:
+        best, alternatives, status = result.best, result.alternatives, result.status
+    elif quick.best is not None:
+        best, alternatives, status = quick.best, quick.alternatives, Status.FEASIBLE
+    else:
+        status = Status.INFEASIBLE if result.status is Status.INFEASIBLE else Status.UNKNOWN
+        return Plan(
+            deployment=deployment.name,
+            status=status,
+            reasons=quick.reasons,
+            messages=quick.messages,
+            stats=stats,
+        )
+    _assert_valid(cluster, deployment, profile, config, (best, *alternatives))
+    return Plan(
+        deployment=deployment.name,
+        status=status,
+        best=best,
+        alternatives=tuple(alternatives),
+        reasons=tuple(reason for reason in quick.reasons if reason.severity is not Severity.ERROR),
+        stats=stats,
+        commands=commands(cluster, best.layout, model_path(deployment), deployment.params, config),
+    )
+
+
+def _assert_valid(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    candidates: tuple[Candidate, ...],
+) -> None:
+    for candidate in candidates:
+        violations = check_layout(cluster, deployment, profile, candidate.layout, config)
+        if violations:
+            details = "; ".join(reason.message for reason in violations)
+            raise SolverError(f"deployment {deployment.name}: an engine returned an invalid layout: {details}")

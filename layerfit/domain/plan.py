@@ -52,6 +52,7 @@ class ReasonKind(StrEnum):
     BLOCK_COUNT_MISMATCH = "block_count_mismatch"
     CLAIMS_MISMATCH = "claims_mismatch"
     NO_CANDIDATE = "no_candidate"
+    PIN_BROKEN = "pin_broken"
 
 
 class Severity(StrEnum):

@@ -1,0 +1,124 @@
+"""Fleet planning types: many deployments, their current placements, the new plan and the moves."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.plan import EngineStats, Reason, Status
+from layerfit.errors import InputError
+
+
+class Placement(Frozen):
+    """Where one replica of a deployment runs now. A pinned replica must not move."""
+
+    deployment: str
+    replica: NonNegInt = 0
+    layout: Layout
+    pinned: bool = False
+
+
+class Fleet(Frozen):
+    """A whole fleet: the cluster, the deployments and where their replicas run now.
+
+    The cluster's allocatable memory is what is available to *these* deployments: total capacity
+    minus anything not managed here. Current placements are not subtracted from it.
+    """
+
+    cluster: Cluster
+    deployments: tuple[Deployment, ...]
+    current: tuple[Placement, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        names: set[str] = set()
+        for deployment in self.deployments:
+            if deployment.name in names:
+                raise InputError("fleet.deployments", f"duplicate deployment name {deployment.name!r}")
+            names.add(deployment.name)
+        replicas = {d.name: d.replicas for d in self.deployments}
+        seen: set[tuple[str, int]] = set()
+        for placement in self.current:
+            key = (placement.deployment, placement.replica)
+            if placement.deployment not in replicas:
+                raise InputError("fleet.current", f"placement of unknown deployment {placement.deployment!r}")
+            if key in seen:
+                raise InputError("fleet.current", f"replica {placement.replica} of {placement.deployment!r} placed twice")
+            seen.add(key)
+        return self
+
+
+class PlacedReplica(Frozen):
+    """A replica in the new plan, with the memory it claims."""
+
+    deployment: str
+    replica: NonNegInt
+    layout: Layout
+    claims: Claims
+    moved: bool
+    """True when the replica runs somewhere else than now (or did not run)."""
+
+
+class UnplacedReplica(Frozen):
+    deployment: str
+    replica: NonNegInt
+    reasons: tuple[Reason, ...] = ()
+
+
+class Move(Frozen):
+    """One step of the transition: stop or start a replica on a worker's GPUs."""
+
+    step: NonNegInt
+    action: Literal["stop", "start"]
+    deployment: str
+    replica: NonNegInt
+    worker: str
+    gpus: tuple[str, ...]
+    """``worker:index`` of every GPU the replica uses (RPC servers included)."""
+    downtime: bool = False
+    """A start whose replica was stopped first because there was no room for both."""
+
+
+class Executor(StrEnum):
+    SERIAL = "serial"
+    LOCAL = "local"
+    """A local process pool."""
+    RAY = "ray"
+    """Ray tasks (``pip install layerfit[ray]``), for fleets that outgrow one machine."""
+
+
+class FleetConfig(Frozen):
+    """Knobs of fleet planning."""
+
+    time_limit_s: float = Field(default=60.0, gt=0)
+    executor: Executor = Executor.LOCAL
+    processes: NonNegInt = 0
+    """Worker processes for candidate generation; 0 = one per core."""
+    max_candidates_per_deployment: NonNegInt = 0
+    """Cap on candidate layouts per deployment; 0 = no cap."""
+    seed: NonNegInt = 0
+    num_search_workers: NonNegInt = 0
+    """CP-SAT workers for the master problem; 0 = one per core."""
+    progress: bool = False
+    """Print solver progress to standard error."""
+
+
+class FleetPlan(Frozen):
+    """The answer for a fleet."""
+
+    status: Status
+    placements: tuple[PlacedReplica, ...] = ()
+    unplaced: tuple[UnplacedReplica, ...] = ()
+    moves: tuple[Move, ...] = ()
+    reasons: tuple[Reason, ...] = ()
+    """Fleet-level findings: pins that no longer fit, temporary double bookings avoided, ..."""
+    objective: tuple[int, ...] = ()
+    """Tier values reached: priority weight placed, layers on GPU, -moves, -GPUs, -workers."""
+    gap: float | None = None
+    stats: tuple[EngineStats, ...] = ()
