@@ -116,7 +116,7 @@ def generate_candidates(
         sub = Cluster(workers=(source,))
         if deployment.gpu_selection is not None and source.name not in deployment.selected_workers:
             continue
-        result = plan_one(sub, deployment, config, profile)
+        result = plan_one(sub, deployment, config, profile, explain=False)
         found = [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
         for layout in found:
             for target in workers:
@@ -124,7 +124,7 @@ def generate_candidates(
                 if moved is not None:
                     proposals.append(moved)
     if deployment.distributed_inference_across_workers and len(cluster.workers) > 1:
-        result = plan_one(cluster, deployment, config, profile)
+        result = plan_one(cluster, deployment, config, profile, explain=False)
         proposals += [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
     unified = unified_workers(cluster)
     seen: set[Layout] = set()

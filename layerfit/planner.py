@@ -9,7 +9,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, EngineStats, Plan, Severity, Status, StrategyClass
+from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, StrategyClass
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
 from layerfit.launch import commands
@@ -77,13 +77,16 @@ def plan(
     deployment: Deployment,
     config: PlannerConfig = PlannerConfig(),
     profile: MemoryProfile | None = None,
+    *,
+    explain: bool = True,
 ) -> Plan:
     """The best layout for one deployment: heuristic -> hint -> CP-SAT -> check.
 
     The heuristic (GPUStack's strategy order) answers first and hints the solver. The solver's answer
     wins when it has one; on UNKNOWN (time limit without a solution) the heuristic's plan is kept.
     Every returned candidate passes ``check``; a violation here is a bug and raises ``SolverError``.
-    When nothing fits, the reasons say what is short and where.
+    When nothing fits, the reasons say what is short and where, and (with ``explain``) the
+    relaxations list the smallest changes that would make it fit.
     """
     from layerfit import heuristics, solver
 
@@ -97,12 +100,14 @@ def plan(
         best, alternatives, status = quick.best, quick.alternatives, Status.FEASIBLE
     else:
         status = Status.INFEASIBLE if result.status is Status.INFEASIBLE else Status.UNKNOWN
+        found = relaxations(cluster, deployment, profile, config, explain=explain)
         return Plan(
             deployment=deployment.name,
             status=status,
             reasons=quick.reasons,
             messages=quick.messages,
             stats=stats,
+            relaxations=found,
         )
     _assert_valid(cluster, deployment, profile, config, (best, *alternatives))
     return Plan(
@@ -128,3 +133,33 @@ def _assert_valid(
         if violations:
             details = "; ".join(reason.message for reason in violations)
             raise SolverError(f"deployment {deployment.name}: an engine returned an invalid layout: {details}")
+
+
+def profile_at_ctx(deployment: Deployment, ctx_size: int) -> MemoryProfile:
+    """The deployment's profile at another context size.
+
+    Exact (re-estimated) for a GGUF file; for an explicit profile the KV cache is scaled linearly
+    with ctx, which is right for full-attention layers and conservative for sliding-window ones.
+    """
+    params = deployment.params.model_copy(update={"ctx_size": ctx_size})
+    if deployment.gguf_path is not None:
+        return resolve_profile(deployment.model_copy(update={"params": params}))
+    if deployment.profile is None:
+        raise InputError(f"deployment[{deployment.name}]", "has neither gguf_path nor profile")
+    base = deployment.params.effective_ctx_size
+    kv = tuple(-(-size * ctx_size // base) for size in deployment.profile.block_kv_bytes)
+    return deployment.profile.model_copy(update={"block_kv_bytes": kv})
+
+
+def relaxations(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, *, explain: bool
+) -> tuple[Relaxation, ...]:
+    """The smallest changes that would make an unplaceable deployment fit (empty unless ``explain``)."""
+    if not explain:
+        return ()
+    from layerfit.explain import relaxations as find
+
+    def quiet_plan(c: Cluster, d: Deployment, cfg: PlannerConfig, p: MemoryProfile) -> Plan:
+        return plan(c, d, cfg, p, explain=False)
+
+    return find(cluster, deployment, profile, config, quiet_plan, lambda ctx: profile_at_ctx(deployment, ctx))

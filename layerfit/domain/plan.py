@@ -52,6 +52,8 @@ class ReasonKind(StrEnum):
     BLOCK_COUNT_MISMATCH = "block_count_mismatch"
     CLAIMS_MISMATCH = "claims_mismatch"
     NO_CANDIDATE = "no_candidate"
+    STRATEGY_SKIPPED = "strategy_skipped"
+    """A strategy was not tried; ``resource`` names the parameter or rule that ruled it out."""
     PIN_BROKEN = "pin_broken"
 
 
@@ -117,6 +119,20 @@ class Command(Frozen):
         return shlex.join((self.program, *self.argv))
 
 
+class Relaxation(Frozen):
+    """A change to the request or the cluster that would make a deployment fit."""
+
+    kind: str
+    """``allow_cpu_offloading``, ``allow_distribution``, ``ctx_size``, ``free_vram``, ``free_ram``."""
+    message: str
+    value: int | None = None
+    """The new ctx size, or the bytes to free."""
+    worker: str | None = None
+    gpu_index: NonNegInt | None = None
+    gpu_layers: NonNegInt | None = None
+    """Layers on GPUs the relaxed request would reach."""
+
+
 class Plan(Frozen):
     """The answer for one deployment."""
 
@@ -129,6 +145,8 @@ class Plan(Frozen):
     """Sentences for people (GPUStack-style advice when nothing fits)."""
     stats: tuple[EngineStats, ...] = ()
     commands: tuple[Command, ...] = ()
+    relaxations: tuple[Relaxation, ...] = ()
+    """When nothing fits: the smallest changes that would make it fit, most useful first."""
 
     @property
     def layout(self) -> Layout | None:

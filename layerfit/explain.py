@@ -1,0 +1,140 @@
+"""Why a deployment does not fit, and the smallest changes that would make it fit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from layerfit.check import check_layout
+from layerfit.domain.base import format_bytes
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import DeviceAssignment
+from layerfit.domain.plan import Plan, ReasonKind, Relaxation
+from layerfit.domain.profile import MemoryProfile
+from layerfit.memory import make_layout
+
+PlanFunction = Callable[[Cluster, Deployment, PlannerConfig, MemoryProfile], Plan]
+ProfileFunction = Callable[[Deployment], MemoryProfile]
+
+_CAPACITY = {ReasonKind.INSUFFICIENT_VRAM, ReasonKind.INSUFFICIENT_RAM, ReasonKind.INSUFFICIENT_UNIFIED_MEMORY}
+_MIN_CTX = 256
+
+
+def _placed(plan: Plan) -> int | None:
+    return None if plan.layout is None else plan.layout.gpu_layers
+
+
+def switch_relaxations(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, plan: PlanFunction
+) -> list[Relaxation]:
+    """Turning on CPU offloading or distribution, when that alone makes the deployment fit."""
+    found = []
+    if not deployment.cpu_offloading:
+        layers = _placed(plan(cluster, deployment.model_copy(update={"cpu_offloading": True}), config, profile))
+        if layers is not None:
+            found.append(
+                Relaxation(
+                    kind="allow_cpu_offloading",
+                    message=f"allow CPU offloading: {layers} of {profile.n_layers} layers would run on GPUs",
+                    gpu_layers=layers,
+                )
+            )
+    if not deployment.distributed_inference_across_workers and len(cluster.workers) > 1:
+        relaxed = deployment.model_copy(update={"distributed_inference_across_workers": True})
+        layers = _placed(plan(cluster, relaxed, config, profile))
+        if layers is not None:
+            found.append(
+                Relaxation(
+                    kind="allow_distribution",
+                    message=f"allow distribution across workers: {layers} of {profile.n_layers} layers on GPUs",
+                    gpu_layers=layers,
+                )
+            )
+    return found
+
+
+def ctx_relaxation(
+    cluster: Cluster,
+    deployment: Deployment,
+    config: PlannerConfig,
+    plan: PlanFunction,
+    profile_at: Callable[[int], MemoryProfile],
+) -> Relaxation | None:
+    """The largest context size (a multiple of 256) that fits, found by bisection."""
+    ctx = deployment.params.effective_ctx_size
+    low, high = _MIN_CTX, ctx - _MIN_CTX
+    best: tuple[int, int] | None = None
+    while low <= high:
+        middle = (low + high) // 2 // _MIN_CTX * _MIN_CTX
+        middle = max(middle, low)
+        params = deployment.params.model_copy(update={"ctx_size": middle})
+        layers = _placed(plan(cluster, deployment.model_copy(update={"params": params}), config, profile_at(middle)))
+        if layers is not None:
+            best, low = (middle, layers), middle + _MIN_CTX
+        else:
+            high = middle - _MIN_CTX
+    if best is None:
+        return None
+    return Relaxation(
+        kind="ctx_size",
+        message=f"reduce --ctx-size from {ctx} to {best[0]}: {best[1]} layers would run on GPUs",
+        value=best[0],
+        gpu_layers=best[1],
+    )
+
+
+def free_memory_relaxation(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+) -> Relaxation | None:
+    """The GPU where freeing the fewest bytes would allow a full offload on that GPU alone."""
+    best: tuple[int, Relaxation] | None = None
+    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
+    for worker in cluster.workers:
+        for gpu in worker.gpus:
+            if selected is not None and (worker.name, gpu.index) not in selected:
+                continue
+            single = DeviceAssignment(worker=worker.name, gpu_index=gpu.index, blocks=profile.n_blocks)
+            layout = make_layout(worker.name, profile.n_blocks, [single], config.offload_order)
+            reasons = check_layout(cluster, deployment, profile, layout, config)
+            if any(reason.kind not in _CAPACITY for reason in reasons):
+                continue
+            short = sum(reason.shortfall_bytes or 0 for reason in reasons)
+            vram_short = sum(r.shortfall_bytes or 0 for r in reasons if r.kind is ReasonKind.INSUFFICIENT_VRAM)
+            ram_short = short - vram_short
+            parts = []
+            if vram_short:
+                parts.append(f"{format_bytes(vram_short)} VRAM on {worker.name}:{gpu.type}:{gpu.index}")
+            if ram_short:
+                parts.append(f"{format_bytes(ram_short)} RAM on {worker.name}")
+            relaxation = Relaxation(
+                kind="free_vram" if vram_short else "free_ram",
+                message="free " + " and ".join(parts) + " to run it fully offloaded on that GPU",
+                value=short,
+                worker=worker.name,
+                gpu_index=gpu.index,
+                gpu_layers=profile.n_layers,
+            )
+            if best is None or short < best[0]:
+                best = (short, relaxation)
+    return None if best is None else best[1]
+
+
+def relaxations(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    plan: PlanFunction,
+    profile_at: Callable[[int], MemoryProfile] | None = None,
+) -> tuple[Relaxation, ...]:
+    """Every single change that would make the deployment fit: switches, ctx, memory to free."""
+    found = switch_relaxations(cluster, deployment, profile, config, plan)
+    if profile_at is not None:
+        ctx = ctx_relaxation(cluster, deployment, config, plan, profile_at)
+        if ctx is not None:
+            found.append(ctx)
+    free = free_memory_relaxation(cluster, deployment, profile, config)
+    if free is not None:
+        found.append(free)
+    return tuple(found)

@@ -1,0 +1,132 @@
+"""The model's variables, in one container, created before any constraint is posted.
+
+A layout is a sequence of device slots: RPC slots first (one remote GPU each, in ``--rpc`` order),
+then local slots (the main worker's GPUs, in ``--device`` order). Used slots form a prefix of each
+group, so a slot's place in the device order is fixed by its group and position. Each used slot
+holds one GPU of one class, a contiguous run of blocks, and, when it is the last device, the
+output layer. Blocks ``0 .. cpu_blocks-1`` stay on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from ortools.sat.python import cp_model
+
+from layerfit.domain.profile import DeviceRole
+from layerfit.solver.instance import DeviceKind, Instance, SlotKind
+
+IntVar = cp_model.IntVar
+
+
+@dataclass(frozen=True)
+class SlotVars:
+    """One device slot."""
+
+    kind: SlotKind
+    position: int
+    assign: dict[int, IntVar]
+    """Class id -> the slot holds a GPU of that class."""
+    on_worker: dict[int, IntVar]
+    """Worker id -> the slot's GPU belongs to that worker."""
+    used: IntVar
+    blocks: IntVar
+    start: IntVar
+    """First block on this device (blocks before it are on the host or on earlier devices)."""
+    last: IntVar
+    """The last device of the layout (the one that gets the output layer when it is offloaded)."""
+    holds_output: IntVar
+    device_kind: dict[DeviceKind, IntVar]
+    """Exactly one is true when the slot is used: its role, memory type and offload mode."""
+    need: IntVar
+    """VRAM the device needs (scaled); meaningful only when the slot is used."""
+    pool_share: dict[int, IntVar]
+    """Unified-memory worker -> what this slot takes from that worker's pool."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}{self.position}"
+
+
+@dataclass(frozen=True)
+class Variables:
+    """All decision and auxiliary variables of one deployment's model."""
+
+    main: dict[int, IntVar]
+    """Worker id -> it runs llama-server (exactly one)."""
+    worker_used: dict[int, IntVar]
+    rpc: tuple[SlotVars, ...]
+    local: tuple[SlotVars, ...]
+    cpu_blocks: IntVar
+    gpu_layers: IntVar
+    output_offloaded: IntVar
+    partial: IntVar
+    """Some block or the output layer stays on the host (compute buffers grow)."""
+    any_local: IntVar
+    """The main worker uses at least one of its GPUs (so a MAIN device exists)."""
+    any_device: IntVar
+
+    @property
+    def slots(self) -> tuple[SlotVars, ...]:
+        """All slots in device order."""
+        return (*self.rpc, *self.local)
+
+
+def _device_kinds(instance: Instance, kind: SlotKind) -> list[DeviceKind]:
+    roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
+    classes = [instance.classes[c] for c in instance.classes_for(kind)]
+    unified_values = sorted({instance.workers[cls.worker].unified for cls in classes})
+    return [
+        DeviceKind(role, unified, partial)
+        for role, unified, partial in product(roles, unified_values, instance.rules.partial_values)
+    ]
+
+
+def _slot(model: cp_model.CpModel, instance: Instance, kind: SlotKind, position: int) -> SlotVars:
+    tag = f"{kind}{position}"
+    n = instance.n_blocks
+    classes = instance.classes_for(kind)
+    workers = sorted({instance.classes[c].worker for c in classes})
+    unified_workers = [w for w in workers if instance.workers[w].unified]
+    max_need = max((instance.classes[c].capacity for c in classes), default=0)
+    return SlotVars(
+        kind=kind,
+        position=position,
+        assign={c: model.new_bool_var(f"{tag}_class{c}") for c in classes},
+        on_worker={w: model.new_bool_var(f"{tag}_worker{w}") for w in workers},
+        used=model.new_bool_var(f"{tag}_used"),
+        blocks=model.new_int_var(0, n, f"{tag}_blocks"),
+        start=model.new_int_var(0, n, f"{tag}_start"),
+        last=model.new_bool_var(f"{tag}_last"),
+        holds_output=model.new_bool_var(f"{tag}_output"),
+        device_kind={
+            dk: model.new_bool_var(f"{tag}_{dk.role}_{int(dk.unified)}{int(dk.partial)}")
+            for dk in _device_kinds(instance, kind)
+        },
+        need=model.new_int_var(0, _need_upper_bound(instance), f"{tag}_need"),
+        pool_share={w: model.new_int_var(0, max_need, f"{tag}_pool{w}") for w in unified_workers},
+    )
+
+
+def _need_upper_bound(instance: Instance) -> int:
+    costs = instance.costs
+    return costs.block_prefix_up[-1] + max(costs.device.values(), default=0) + costs.output
+
+
+def make_variables(model: cp_model.CpModel, instance: Instance) -> Variables:
+    """Create every variable of the model (no constraints)."""
+    n = instance.n_blocks
+    main_workers = [w for w, view in enumerate(instance.workers) if view.main_ok]
+    return Variables(
+        main={w: model.new_bool_var(f"main{w}") for w in main_workers},
+        worker_used={w: model.new_bool_var(f"worker_used{w}") for w in range(len(instance.workers))},
+        rpc=tuple(_slot(model, instance, SlotKind.RPC, r) for r in range(instance.rpc_slots)),
+        local=tuple(_slot(model, instance, SlotKind.LOCAL, r) for r in range(instance.local_slots)),
+        cpu_blocks=model.new_int_var(0, n, "cpu_blocks"),
+        gpu_layers=model.new_int_var(0, n + 1, "gpu_layers"),
+        output_offloaded=model.new_bool_var("output_offloaded"),
+        partial=model.new_bool_var("partial"),
+        any_local=model.new_bool_var("any_local"),
+        any_device=model.new_bool_var("any_device"),
+    )
