@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -83,7 +83,7 @@ def _rename(layout: Layout, source: Worker, target: Worker) -> Layout | None:
     return layout.model_copy(update={"main_worker": target.name, "devices": tuple(devices)})
 
 
-def _single_gpu_layouts(
+def single_gpu_layouts(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
 ) -> list[Layout]:
     selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
@@ -107,7 +107,7 @@ def generate_candidates(
     """Valid layouts for one deployment, each fitting the cluster alone (see the module docstring)."""
     from layerfit.planner import plan as plan_one
 
-    proposals: list[Layout] = [*current, *_single_gpu_layouts(cluster, deployment, profile, config)]
+    proposals: list[Layout] = [*current, *single_gpu_layouts(cluster, deployment, profile, config)]
     kinds: dict[tuple[object, ...], list[Worker]] = defaultdict(list)
     for worker in cluster.workers:
         kinds[_worker_kind(worker)].append(worker)
@@ -126,10 +126,17 @@ def generate_candidates(
     if deployment.distributed_inference_across_workers and len(cluster.workers) > 1:
         result = plan_one(cluster, deployment, config, profile, explain=False)
         proposals += [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
+    return valid_candidates(cluster, deployment, profile, config, proposals)
+
+
+def valid_candidates(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layouts: Iterable[Layout]
+) -> CandidateSet:
+    """The distinct layouts that pass every check alone, with their claims."""
     unified = unified_workers(cluster)
     seen: set[Layout] = set()
     valid: list[tuple[Layout, Claims]] = []
-    for layout in proposals:
+    for layout in layouts:
         if layout in seen:
             continue
         seen.add(layout)
@@ -458,7 +465,7 @@ def _profiles(deployments: Sequence[Deployment]) -> list[MemoryProfile]:
 
 
 def _pin_reasons(
-    fleet: Fleet, profiles: dict[str, MemoryProfile], config: PlannerConfig
+    fleet: Fleet, profiles: Mapping[str, MemoryProfile], config: PlannerConfig
 ) -> tuple[dict[str, Counter[Layout]], list[Reason]]:
     """Pins that still fit are enforced; a pin that no longer fits is reported, never dropped silently."""
     by_name = {d.name: d for d in fleet.deployments}
@@ -491,20 +498,41 @@ def plan_fleet(
 ) -> FleetPlan:
     """Place every replica that fits, jointly; then order the moves from the current placement."""
     started = time.perf_counter()
-    cluster, deployments = fleet.cluster, fleet.deployments
-    profile_list = _profiles(deployments)
-    profiles = {d.name: p for d, p in zip(deployments, profile_list, strict=True)}
-    current_by: dict[str, dict[int, Layout]] = defaultdict(dict)
+    profiles = dict(zip((d.name for d in fleet.deployments), _profiles(fleet.deployments), strict=True))
+    current_layouts: dict[str, list[Layout]] = defaultdict(list)
     for placement in fleet.current:
-        current_by[placement.deployment][placement.replica] = placement.layout
+        current_layouts[placement.deployment].append(placement.layout)
     tasks = [
-        (cluster, deployment, profile, planner_config, tuple(dict.fromkeys(current_by[deployment.name].values())))
-        for deployment, profile in zip(deployments, profile_list, strict=True)
+        (fleet.cluster, d, profiles[d.name], planner_config, tuple(dict.fromkeys(current_layouts[d.name])))
+        for d in fleet.deployments
     ]
     candidates = _run_tasks(tasks, config)
     if config.max_candidates_per_deployment:
         candidates = [options[: config.max_candidates_per_deployment] for options in candidates]
-    generated = time.perf_counter()
+    generation_s = time.perf_counter() - started
+    result = choose(fleet, profiles, candidates, config, planner_config)
+    stats = result.stats[0].model_copy(
+        update={
+            "wall_time_s": time.perf_counter() - started,
+            "details": {**result.stats[0].details, "candidate_generation_s": round(generation_s, 3)},
+        }
+    )
+    return result.model_copy(update={"stats": (stats,)})
+
+
+def choose(
+    fleet: Fleet,
+    profiles: Mapping[str, MemoryProfile],
+    candidates: Sequence[CandidateSet],
+    config: FleetConfig = FleetConfig(),
+    planner_config: PlannerConfig = PlannerConfig(),
+) -> FleetPlan:
+    """The master problem over given candidates (one set per deployment, in fleet order), and the moves."""
+    started = time.perf_counter()
+    cluster, deployments = fleet.cluster, fleet.deployments
+    current_by: dict[str, dict[int, Layout]] = defaultdict(dict)
+    for placement in fleet.current:
+        current_by[placement.deployment][placement.replica] = placement.layout
     pins, reasons = _pin_reasons(fleet, profiles, planner_config)
     current_counts = {name: Counter(layouts.values()) for name, layouts in current_by.items()}
     master = _Master(cluster, deployments, candidates, current_counts, pins)
@@ -531,18 +559,15 @@ def plan_fleet(
         if not reference_reasons(cluster, p.layout)
     ]
     moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed])
-    stats = (
-        EngineStats(
-            engine="fleet",
-            wall_time_s=time.perf_counter() - started,
-            status=status,
-            details={
-                "candidate_generation_s": round(generated - started, 3),
-                "candidates": sum(len(options) for options in candidates),
-                "deployments": len(deployments),
-                "executor": config.executor.value,
-            },
-        ),
+    stats = EngineStats(
+        engine="fleet",
+        wall_time_s=time.perf_counter() - started,
+        status=status,
+        details={
+            "candidates": sum(len(options) for options in candidates),
+            "deployments": len(deployments),
+            "executor": config.executor.value,
+        },
     )
     return FleetPlan(
         status=status,
@@ -552,7 +577,7 @@ def plan_fleet(
         reasons=tuple(reasons),
         objective=values,
         gap=gap,
-        stats=stats,
+        stats=(stats,),
     )
 
 
@@ -621,10 +646,13 @@ __all__ = [
     "FleetConfig",
     "FleetPlan",
     "Placement",
+    "choose",
     "generate_candidates",
     "order_moves",
     "plan_fleet",
     "plan_sequential",
     "priority_weights",
+    "single_gpu_layouts",
     "subtract",
+    "valid_candidates",
 ]

@@ -45,10 +45,12 @@ def _last_rpc(model: cp_model.CpModel, variables: Variables) -> None:
 
 def _device_kind(model: cp_model.CpModel, instance: Instance, variables: Variables, slot: SlotVars) -> None:
     model.add(sum(slot.device_kind.values()) == slot.used)
-    unified_gpu = sum(a for c, a in slot.assign.items() if instance.workers[instance.classes[c].worker].unified)
+    unified = [a for c, a in slot.assign.items() if instance.workers[instance.classes[c].worker].unified]
+    mixed = 0 < len(unified) < len(slot.assign)  # otherwise every kind of the slot has the same memory type
     for kind, chosen in slot.device_kind.items():
         model.add_implication(chosen, variables.partial if kind.partial else ~variables.partial)
-        model.add(unified_gpu == int(kind.unified)).only_enforce_if(chosen)
+        if mixed:
+            model.add(sum(unified) == int(kind.unified)).only_enforce_if(chosen)
         if kind.role is DeviceRole.MAIN:
             model.add_implication(chosen, slot.last)
         elif kind.role is DeviceRole.LOCAL:

@@ -1,0 +1,230 @@
+"""GPUStack's rules: the checks before any search, and when each strategy is skipped.
+
+Pre-check errors end the search (GPUStack skips every strategy on them). Skip rules are small
+predicates; each strategy module lists the ones that apply to it, in GPUStack's order (switches,
+image models, ``-ngl``, ``-ts``, manual selection, allocatable resources).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.plan import Reason, ReasonKind, Severity
+from layerfit.heuristics.context import Context, Skip, StrategyResult
+from layerfit.heuristics.notes import Action, Level, Note, gib
+from layerfit.heuristics.views import Selection
+
+SkipRule = Callable[[Context, Action], Skip | None]
+
+
+def selection_in_force(deployment: Deployment) -> tuple[Selection | None, tuple[Reason, ...]]:
+    """The manual selection grouped by worker; a ``--tensor-split`` overrides it (as in GPUStack)."""
+    refs = deployment.gpu_selection
+    if refs is None:
+        return None, ()
+    if deployment.params.tensor_split is not None:
+        ignored = Reason(
+            kind=ReasonKind.SELECTION_IGNORED,
+            severity=Severity.INFO,
+            resource="tensor_split",
+            message="--tensor-split is given, so the manual GPU selection is ignored and the split maps onto "
+            "GPUs 0..n-1 of a worker",
+        )
+        return None, (ignored,)
+    grouped: dict[str, tuple[int, ...]] = {}
+    for ref in refs:
+        grouped[ref.worker] = (*grouped.get(ref.worker, ()), ref.index)
+    return grouped, ()
+
+
+def precheck(ctx: Context) -> StrategyResult:
+    """Errors that rule out every strategy, and notes about adjusted parameters."""
+    reasons: list[Reason] = []
+    notes: list[Note] = []
+    for check in (_gpu_layers_capped, _gpu_layers_need_cpu, _nothing_allocatable, _selection_errors):
+        found = check(ctx)
+        reasons.extend(found)
+        notes.extend(_error_note(reason) for reason in found if reason.severity is Severity.ERROR)
+    return StrategyResult(reasons=tuple(reasons), notes=tuple(notes))
+
+
+def _error_note(reason: Reason) -> Note:
+    return Note(Level.ERROR, Action.PRE_CHECK, reason.message)
+
+
+def _gpu_layers_capped(ctx: Context) -> list[Reason]:
+    asked = ctx.deployment.params.n_gpu_layers
+    if asked is None or asked <= ctx.n_layers:
+        return []
+    message = f"--gpu-layers {asked} exceeds the model's {ctx.n_layers} layers; all layers go to GPUs"
+    return [Reason(kind=ReasonKind.INVALID_PARAMETER, severity=Severity.INFO, resource="n_gpu_layers", message=message)]
+
+
+def _gpu_layers_need_cpu(ctx: Context) -> list[Reason]:
+    layers = ctx.gpu_layers
+    if layers is None or layers == ctx.n_layers or ctx.deployment.cpu_offloading:
+        return []
+    message = (
+        f"The parameter --gpu-layers {layers} keeps layers on the CPU, which needs CPU offloading. "
+        f"Allow CPU offloading for this model, or offload all {ctx.n_layers} layers."
+    )
+    return [Reason(kind=ReasonKind.CPU_OFFLOAD_NOT_ALLOWED, resource="n_gpu_layers", message=message)]
+
+
+def _nothing_allocatable(ctx: Context) -> list[Reason]:
+    if ctx.workers:
+        return []
+    message = "Insufficient resources for the model: no worker has allocatable VRAM or RAM."
+    return [Reason(kind=ReasonKind.NO_CANDIDATE, resource="workers", message=message)]
+
+
+def _selection_errors(ctx: Context) -> list[Reason]:
+    refs = ctx.deployment.gpu_selection
+    if ctx.selection is None or refs is None:
+        return []
+    reasons = [reason for ref in refs if (reason := _selected_gpu_error(ctx, ctx.cluster, ref.worker, ref.type, ref.index))]
+    if len(ctx.selection) > 1 and not ctx.deployment.distributed_inference_across_workers:
+        message = (
+            f"The selected GPUs span {len(ctx.selection)} workers, which needs distributed inference across "
+            "workers; it is disabled for this model."
+        )
+        reasons.append(
+            Reason(kind=ReasonKind.DISTRIBUTION_NOT_ALLOWED, resource="distributed_inference_across_workers", message=message)
+        )
+    return reasons
+
+
+def _selected_gpu_error(ctx: Context, cluster: Cluster, worker_name: str, gpu_type: str, index: int) -> Reason | None:
+    ref = f"{worker_name}:{gpu_type}:{index}"
+    if not cluster.has_worker(worker_name):
+        message = f"Selected GPU {ref}: worker {worker_name} is not in the cluster."
+        return Reason(kind=ReasonKind.UNKNOWN_WORKER, resource="gpu_selection", worker=worker_name, message=message)
+    worker = cluster.worker(worker_name)
+    if not worker.has_gpu(index) or worker.gpu(index).type != gpu_type:
+        message = f"Selected GPU {ref} does not exist on worker {worker_name}."
+        return Reason(
+            kind=ReasonKind.UNKNOWN_GPU, resource="gpu_selection", worker=worker_name, gpu_index=index, message=message
+        )
+    available = worker.gpu(index).allocatable_vram_bytes
+    needed = ctx.local_floor(worker.unified_memory)
+    if available >= needed:
+        return None
+    message = f"Selected GPU {ref} lacks enough VRAM: at least {gib(needed)} GiB is needed, {gib(available)} GiB is free."
+    return Reason(
+        kind=ReasonKind.INSUFFICIENT_VRAM,
+        resource="vram",
+        needed_bytes=needed,
+        available_bytes=available,
+        worker=worker_name,
+        gpu_index=index,
+        message=message,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Skip rules: each returns None when the strategy may run.
+# ---------------------------------------------------------------------------------------------
+
+
+def _skip(action: Action, kind: ReasonKind, resource: str, message: str) -> Skip:
+    return Skip(Reason(kind=kind, severity=Severity.INFO, strategy=action.value, resource=resource, message=message))
+
+
+def cpu_offloading_allowed(ctx: Context, action: Action) -> Skip | None:
+    if ctx.deployment.cpu_offloading:
+        return None
+    return _skip(action, ReasonKind.CPU_OFFLOAD_NOT_ALLOWED, "cpu_offloading", "CPU offloading is not allowed")
+
+
+def distribution_allowed(ctx: Context, action: Action) -> Skip | None:
+    if ctx.deployment.distributed_inference_across_workers:
+        return None
+    return _skip(
+        action,
+        ReasonKind.DISTRIBUTION_NOT_ALLOWED,
+        "distributed_inference_across_workers",
+        "distributed inference across workers is not allowed",
+    )
+
+
+def not_image(ctx: Context, action: Action) -> Skip | None:
+    if ctx.deployment.kind is not ModelKind.IMAGE:
+        return None
+    return _skip(action, ReasonKind.IMAGE_MODEL_SPLIT, "kind", "image models run fully offloaded on a single GPU only")
+
+
+def _gpu_layers_rule(allowed: Callable[[int, int], bool], what: str) -> SkipRule:
+    def rule(ctx: Context, action: Action) -> Skip | None:
+        layers = ctx.gpu_layers
+        if layers is None or allowed(layers, ctx.n_layers):
+            return None
+        return _skip(action, ReasonKind.STRATEGY_SKIPPED, "n_gpu_layers", f"--gpu-layers {layers} {what}")
+
+    return rule
+
+
+gpu_layers_full = _gpu_layers_rule(lambda layers, total: layers == total, "asks for partial or no offload")
+gpu_layers_some = _gpu_layers_rule(lambda layers, total: layers > 0, "keeps every layer on the CPU")
+gpu_layers_partial = _gpu_layers_rule(lambda layers, total: 0 < layers < total, "asks for full or no offload")
+gpu_layers_none = _gpu_layers_rule(lambda layers, total: layers == 0, "asks for layers on GPUs")
+
+
+def no_tensor_split(ctx: Context, action: Action) -> Skip | None:
+    if ctx.tensor_split is None:
+        return None
+    return _skip(action, ReasonKind.STRATEGY_SKIPPED, "tensor_split", "--tensor-split asks for several GPUs")
+
+
+def _selection_rule(allowed: Callable[[Selection], bool], what: str) -> SkipRule:
+    def rule(ctx: Context, action: Action) -> Skip | None:
+        if ctx.selection is None or allowed(ctx.selection):
+            return None
+        return _skip(action, ReasonKind.STRATEGY_SKIPPED, "gpu_selection", f"the manual GPU selection {what}")
+
+    return rule
+
+
+def _selected_gpu_count(selection: Selection) -> int:
+    return sum(len(indexes) for indexes in selection.values())
+
+
+selection_one_gpu = _selection_rule(lambda s: len(s) == 1 and _selected_gpu_count(s) == 1, "is not a single GPU")
+selection_several_gpus_one_worker = _selection_rule(
+    lambda s: len(s) == 1 and _selected_gpu_count(s) > 1, "is not several GPUs of one worker"
+)
+selection_across_workers = _selection_rule(lambda s: len(s) > 1, "is on one worker")
+selection_one_worker = _selection_rule(lambda s: len(s) == 1, "spans several workers")
+no_selection = _selection_rule(lambda s: False, "asks for GPUs")
+
+
+def has_usable_gpu(ctx: Context, action: Action) -> Skip | None:
+    if ctx.gpus:
+        return None
+    skip = _skip(action, ReasonKind.STRATEGY_SKIPPED, "vram", "no GPU has allocatable VRAM")
+    if any(worker.gpus for worker in ctx.cluster.workers):
+        note = Note(Level.INFO, Action.PRE_CHECK, "No GPU has allocatable VRAM. Please check the workers' available VRAM.")
+        return Skip(skip.reason, (note,))
+    return skip
+
+
+def two_gpu_workers(ctx: Context, action: Action) -> Skip | None:
+    if sum(1 for worker in ctx.workers if worker.gpus) >= 2:
+        return None
+    return _skip(action, ReasonKind.STRATEGY_SKIPPED, "workers", "fewer than two workers have allocatable VRAM")
+
+
+def two_usable_gpus(ctx: Context, action: Action) -> Skip | None:
+    if len(ctx.gpus) >= 2:
+        return None
+    return _skip(action, ReasonKind.STRATEGY_SKIPPED, "vram", "fewer than two GPUs have allocatable VRAM")
+
+
+def first_skip(ctx: Context, action: Action, rules: tuple[SkipRule, ...]) -> Skip | None:
+    """The first rule that rules the strategy out, or ``None``."""
+    for rule in rules:
+        skip = rule(ctx, action)
+        if skip is not None:
+            return skip
+    return None

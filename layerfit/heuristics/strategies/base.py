@@ -1,0 +1,64 @@
+"""What a strategy is, and helpers every strategy shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from layerfit.check import capacity_reasons
+from layerfit.domain.layout import Claims
+from layerfit.domain.plan import Reason, ReasonKind, StrategyClass
+from layerfit.heuristics.context import Context, StrategyResult
+from layerfit.heuristics.evaluate import Placement
+from layerfit.heuristics.notes import Action
+from layerfit.heuristics.rules import SkipRule
+from layerfit.heuristics.views import GpuView, WorkerView
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One of GPUStack's five strategies: its name, class, when it is skipped and its search."""
+
+    action: Action
+    kind: StrategyClass
+    skip_rules: tuple[SkipRule, ...]
+    """Rules that rule it out, in GPUStack's order; it runs when none does."""
+    search: Callable[[Context], StrategyResult]
+
+
+def rejection(ctx: Context, action: Action, where: Placement, n_gpu_layers: int) -> tuple[Claims, tuple[Reason, ...]]:
+    """Claims of a placement that does not fit and, from ``check.capacity_reasons``, why not."""
+    layout = ctx.evaluator.layout(where, n_gpu_layers)
+    needed = ctx.evaluator.claims(layout, ctx.unified_workers)
+    reasons = tuple(
+        reason.model_copy(update={"strategy": action.value}) for reason in capacity_reasons(ctx.cluster, needed)
+    )
+    return needed, reasons
+
+
+def no_candidate(action: Action, message: str, **where: object) -> Reason:
+    return Reason(kind=ReasonKind.NO_CANDIDATE, strategy=action.value, message=message, **where)  # type: ignore[arg-type]
+
+
+def can_hold_a_layer(ctx: Context, gpus: tuple[GpuView, ...]) -> tuple[GpuView, ...]:
+    """GPUs with room for at least one layer on the main worker (GPUStack drops the others)."""
+    return tuple(gpu for gpu in gpus if gpu.vram_bytes >= ctx.local_floor(gpu.unified))
+
+
+def tensor_split_devices(worker: WorkerView, shares: tuple[float, ...]) -> tuple[GpuView, ...] | None:
+    """GPUs ``0..n-1`` of the worker for an ``n``-share ``--tensor-split`` (GPUStack's positional rule).
+
+    ``None`` when the worker lacks one of them, or when a GPU with a non-zero share has no
+    allocatable VRAM.
+    """
+    devices = []
+    for index, share in enumerate(shares):
+        gpu = worker.gpu_at(index)
+        if gpu is None or (share > 0 and gpu.vram_bytes == 0):
+            return None
+        devices.append(gpu)
+    return tuple(devices)
+
+
+def worker_ram_and_vram(worker: WorkerView) -> tuple[int, int]:
+    return worker.vram_bytes, worker.ram_bytes

@@ -1,0 +1,25 @@
+"""The deployment's own rules: ``-ngl``, the CPU-offloading switch, image models.
+
+The manual selection, the distribution switch and the RPC-server cap are already in the instance:
+they decide which GPUs may fill which slots and how many RPC slots there are.
+"""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from layerfit.solver.instance import Instance
+from layerfit.solver.variables import Variables
+
+
+def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
+    rules = instance.rules
+    if rules.layer_target is not None:
+        model.add(variables.gpu_layers == rules.layer_target)
+    if rules.full_offload:
+        model.add(variables.cpu_blocks == 0)
+        model.add(variables.output_offloaded == 1)
+    if rules.single_device:
+        model.add(sum(slot.used for slot in variables.slots) == 1)
+    if len(rules.partial_values) == 1:
+        model.add(variables.partial == int(rules.partial_values[0]))
