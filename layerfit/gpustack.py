@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from layerfit.domain.cluster import Cluster, Gpu, Worker
+from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.layout import Claims
 from layerfit.domain.plan import Candidate, Plan
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
+from layerfit.io import load_model
 from layerfit.memory import tensor_split_counts
 from layerfit.planner import plan as plan_deployment
 
@@ -57,37 +58,42 @@ def worker_from_gpustack(worker: Any) -> Worker:
     reserved_vram = int(field(worker, "system_reserved.vram", 0))
     total_ram = int(field(worker, "status.memory.total"))
     gpus = []
+    allocated_vram = 0
     for position, device in enumerate(field(worker, "status.gpu_devices", []) or []):
         total = int(field(device, "memory.total", 0))
+        allocated = int(field(device, "memory.allocated", 0))
+        allocated_vram += allocated
         gpus.append(
-            Gpu(
-                index=int(field(device, "index", position)),
-                type=str(field(device, "type", "cuda")),
-                name=str(field(device, "name", "")),
-                total_vram_bytes=total,
-                allocatable_vram_bytes=min(
-                    total, _allocatable(total, field(device, "memory.allocated", 0), reserved_vram)
-                ),
-            )
+            {
+                "index": int(field(device, "index", position)),
+                "type": str(field(device, "type", "cuda")),
+                "name": str(field(device, "name", "")),
+                "total_vram_bytes": total,
+                "allocatable_vram_bytes": _allocatable(total, allocated, reserved_vram),
+            }
         )
     unified = bool(field(worker, "status.memory.is_unified_memory", False))
     ram = _allocatable(total_ram, field(worker, "status.memory.allocated", 0), reserved_ram)
     if unified:
-        ram = max(ram - reserved_vram * len(gpus) - sum(g.total_vram_bytes - g.allocatable_vram_bytes for g in gpus), 0)
-    return Worker(
-        id=field(worker, "id", name),
-        name=name,
-        address=str(field(worker, "ip", "")),
-        labels={str(k): str(v) for k, v in dict(field(worker, "labels", {}) or {}).items()},
-        unified_memory=unified,
-        total_ram_bytes=total_ram,
-        allocatable_ram_bytes=min(ram, total_ram),
-        gpus=tuple(gpus),
-    )
+        # GPUStack's rule: one pool, which also loses the reserved and the allocated VRAM.
+        ram = max(ram - reserved_vram - allocated_vram, 0)
+    labels = field(worker, "labels", {}) or {}
+    label_items = labels.items() if isinstance(labels, Mapping) else vars(labels).items()
+    data = {
+        "id": field(worker, "id", name),
+        "name": name,
+        "address": str(field(worker, "ip", "")),
+        "labels": {str(k): str(v) for k, v in label_items},
+        "unified_memory": unified,
+        "total_ram_bytes": total_ram,
+        "allocatable_ram_bytes": ram,
+        "gpus": gpus,
+    }
+    return load_model(Worker, data, f"GPUStack worker {name}")
 
 
 def cluster_from_gpustack(workers: Sequence[Any]) -> Cluster:
-    return Cluster(workers=tuple(worker_from_gpustack(worker) for worker in workers))
+    return load_model(Cluster, {"workers": [worker_from_gpustack(worker) for worker in workers]}, "GPUStack workers")
 
 
 def _kind(categories: Sequence[str]) -> ModelKind:
@@ -102,7 +108,8 @@ def deployment_from_gpustack(
 ) -> Deployment:
     """A GPUStack model as a layerfit ``Deployment``; give the GGUF path or a memory profile."""
     gpu_ids = field(model, "gpu_selector.gpu_ids", None)
-    return Deployment.model_validate(
+    return load_model(
+        Deployment,
         {
             "name": str(field(model, "name")),
             "gguf_path": gguf_path,
@@ -113,7 +120,8 @@ def deployment_from_gpustack(
             "gpu_selection": list(gpu_ids) if gpu_ids else None,
             "kind": _kind([str(c) for c in field(model, "categories", []) or []]),
             "replicas": int(field(model, "replicas", 1)),
-        }
+        },
+        "GPUStack model",
     )
 
 

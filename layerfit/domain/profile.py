@@ -6,13 +6,16 @@ other schedulers' own estimates). All sizes are bytes.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
-from typing import Self
+from typing import Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from layerfit.domain.base import Bytes, Frozen
 from layerfit.errors import InputError
+
+_RUN = re.compile(r"^\s*(?P<size>.+?)\s*[x×*]\s*(?P<count>\d+)\s*$")
 
 
 class DeviceRole(StrEnum):
@@ -72,6 +75,21 @@ class MemoryProfile(Frozen):
     """Extras on the main GPU (a multimodal projector, ``--mmproj``)."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
+
+    @field_validator("block_weight_bytes", "block_kv_bytes", "block_host_weight_bytes", mode="before")
+    @classmethod
+    def _expand_runs(cls, value: Any) -> Any:
+        """Accept ``"465 MiB x 80"`` in block lists: 80 blocks of 465 MiB."""
+        if not isinstance(value, list | tuple):
+            return value
+        expanded: list[Any] = []
+        for item in value:
+            match = _RUN.match(item) if isinstance(item, str) else None
+            if match is None:
+                expanded.append(item)
+            else:
+                expanded += [match["size"]] * int(match["count"])
+        return expanded
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -20,7 +20,7 @@ from layerfit.solver.instance import DeviceKind, Instance, SlotKind
 IntVar = cp_model.IntVar
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SlotVars:
     """One device slot."""
 
@@ -49,7 +49,7 @@ class SlotVars:
         return f"{self.kind}{self.position}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Variables:
     """All decision and auxiliary variables of one deployment's model."""
 

@@ -36,8 +36,8 @@ def rejection(ctx: Context, action: Action, where: Placement, n_gpu_layers: int)
     return needed, reasons
 
 
-def no_candidate(action: Action, message: str, **where: object) -> Reason:
-    return Reason(kind=ReasonKind.NO_CANDIDATE, strategy=action.value, message=message, **where)  # type: ignore[arg-type]
+def no_candidate(action: Action, message: str, worker: str | None = None) -> Reason:
+    return Reason(kind=ReasonKind.NO_CANDIDATE, strategy=action.value, message=message, worker=worker)
 
 
 def can_hold_a_layer(ctx: Context, gpus: tuple[GpuView, ...]) -> tuple[GpuView, ...]:
@@ -58,7 +58,3 @@ def tensor_split_devices(worker: WorkerView, shares: tuple[float, ...]) -> tuple
             return None
         devices.append(gpu)
     return tuple(devices)
-
-
-def worker_ram_and_vram(worker: WorkerView) -> tuple[int, int]:
-    return worker.vram_bytes, worker.ram_bytes

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from layerfit.solver.instance import Instance
+from layerfit.solver.instance import Instance, SlotKind
 from layerfit.solver.variables import Variables
 
 
@@ -31,9 +31,8 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
     for count, per_device in split.blocks_by_layers.items():
         table[count * width : count * width + len(per_device)] = per_device
     rpc_used = sum(slot.used for slot in variables.rpc)
-    for slot in variables.rpc:
-        model.add_element(layers * width + slot.position, table, slot.blocks)
-    for slot in variables.local:
-        index = model.new_int_var(0, len(table) - 1, f"split_index_{slot.name}")
-        model.add(index == layers * width + rpc_used + slot.position)
-        model.add_element(index, table, slot.blocks)
+    for slot in slots:
+        place = slot.position if slot.kind is SlotKind.RPC else rpc_used + slot.position
+        share = model.new_int_var(0, instance.n_blocks, f"split_blocks_{slot.name}")
+        model.add_element(layers * width + place, table, share)
+        model.add(slot.blocks == share).only_enforce_if(slot.used)
