@@ -10,7 +10,9 @@ llama.cpp semantics followed here:
   output layer only when ``k`` exceeds the block count.
 * Offloaded layers are contiguous per device in device order; the output layer is the last one.
 * Per device: role fixed cost + its blocks' weights and KV + output layer if it holds it + the
-  role's compute buffer (the partial-offload size when any layer stays on the host).
+  role's compute buffer (the partial-offload size when any layer stays on the host, the
+  multi-device size when a full offload spans several devices) + the logits buffer on the device
+  holding the output layer + the input copies on the first device of a multi-device offload.
 * Host RAM of the main worker: fixed + kept blocks (host weight size and KV) + token embedding +
   output layer if kept + host compute buffer. Each rpc-server costs its worker a fixed amount.
 """
@@ -37,12 +39,55 @@ def is_partial(layout: Layout) -> bool:
     return layout.cpu_blocks > 0 or not layout.output_offloaded
 
 
-def device_overhead_bytes(
-    profile: MemoryProfile, role: DeviceRole, *, partial: bool, unified_worker: bool, holds_output: bool
+def device_compute_bytes(
+    profile: MemoryProfile,
+    role: DeviceRole,
+    *,
+    partial: bool,
+    unified_worker: bool,
+    holds_output: bool,
+    multi_device: bool | None = None,
+    first_device: bool | None = None,
 ) -> int:
-    """Everything a device costs besides its blocks: fixed + compute + output layer + main extras."""
+    """Compute buffer of one device: its role's, the logits if it holds the output layer, and the
+    input copies of the first device when a full offload spans several devices.
+
+    ``multi_device`` (more than one device) and ``first_device`` (first in device order) left at
+    ``None`` mean the caller does not model them: the largest value they allow is returned.
+    """
+    compute = profile.role_costs(role, unified_worker).compute.bytes_for(partial, multi_device)
+    if holds_output:
+        compute += profile.output_compute_bytes
+    may_be_first = first_device if first_device is not None else role is not DeviceRole.MAIN
+    if not partial and multi_device is not False and may_be_first:
+        compute += profile.first_device_compute_bytes
+    return compute
+
+
+def device_overhead_bytes(
+    profile: MemoryProfile,
+    role: DeviceRole,
+    *,
+    partial: bool,
+    unified_worker: bool,
+    holds_output: bool,
+    multi_device: bool | None = None,
+    first_device: bool | None = None,
+) -> int:
+    """Everything a device costs besides its blocks: fixed + compute + output layer + main extras.
+
+    ``multi_device``/``first_device`` as in ``device_compute_bytes`` (``None``: the upper bound).
+    """
     costs = profile.role_costs(role, unified_worker)
-    overhead = costs.fixed_bytes + costs.compute.bytes_for(partial)
+    overhead = costs.fixed_bytes + device_compute_bytes(
+        profile,
+        role,
+        partial=partial,
+        unified_worker=unified_worker,
+        holds_output=holds_output,
+        multi_device=multi_device,
+        first_device=first_device,
+    )
     if holds_output:
         overhead += profile.output_weight_bytes
     if role is DeviceRole.MAIN:
@@ -63,12 +108,22 @@ def host_prefix_bytes(profile: MemoryProfile) -> tuple[int, ...]:
 
 
 def main_host_overhead_bytes(
-    profile: MemoryProfile, *, partial: bool, output_offloaded: bool, has_main_gpu: bool
+    profile: MemoryProfile,
+    *,
+    partial: bool,
+    output_offloaded: bool,
+    has_main_gpu: bool,
+    multi_device: bool | None = None,
 ) -> int:
-    """Main-worker RAM besides kept blocks: fixed, embedding, kept output layer, compute, extras."""
-    ram = profile.host_fixed_bytes + profile.token_embedding_bytes + profile.host_compute.bytes_for(partial)
+    """Main-worker RAM besides kept blocks: fixed, embedding, kept output layer, compute, extras.
+
+    ``multi_device=None`` (device count not modelled) takes the larger host compute buffer.
+    """
+    ram = (
+        profile.host_fixed_bytes + profile.token_embedding_bytes + profile.host_compute.bytes_for(partial, multi_device)
+    )
     if not output_offloaded:
-        ram += profile.output_weight_bytes
+        ram += profile.host_output_bytes + profile.host_output_compute_bytes
     if not has_main_gpu:
         ram += profile.extra_main_gpu_bytes
     return ram
@@ -88,6 +143,7 @@ def claims(profile: MemoryProfile, layout: Layout, unified_workers: Collection[s
     if layout.n_blocks != profile.n_blocks:
         raise InputError("layout.n_blocks", f"layout has {layout.n_blocks} blocks, the model has {profile.n_blocks}")
     partial = is_partial(layout)
+    multi_device = len(layout.devices) > 1
     prefix = block_prefix_bytes(profile)
     kv_prefix = (0, *accumulate(profile.block_kv_bytes))
     device_claims: list[DeviceClaim] = []
@@ -111,7 +167,15 @@ def claims(profile: MemoryProfile, layout: Layout, unified_workers: Collection[s
                 weight_bytes=prefix[end] - prefix[first] - kv,
                 kv_bytes=kv,
                 output_bytes=profile.output_weight_bytes if holds_output else 0,
-                compute_bytes=costs.compute.bytes_for(partial),
+                compute_bytes=device_compute_bytes(
+                    profile,
+                    role,
+                    partial=partial,
+                    unified_worker=unified,
+                    holds_output=holds_output,
+                    multi_device=multi_device,
+                    first_device=position == 0,
+                ),
                 fixed_bytes=costs.fixed_bytes,
                 extra_bytes=profile.extra_main_gpu_bytes if role is DeviceRole.MAIN else 0,
             )
@@ -135,8 +199,9 @@ def _worker_claims(
         weight_bytes=sum(profile.host_weight_bytes(i) for i in range(kept)),
         kv_bytes=kv_kept,
         embedding_bytes=profile.token_embedding_bytes,
-        output_bytes=0 if layout.output_offloaded else profile.output_weight_bytes,
-        compute_bytes=profile.host_compute.bytes_for(partial),
+        output_bytes=0 if layout.output_offloaded else profile.host_output_bytes,
+        compute_bytes=profile.host_compute.bytes_for(partial, len(layout.devices) > 1)
+        + (0 if layout.output_offloaded else profile.host_output_compute_bytes),
         vram_bytes=sum(claim.total_bytes for claim in devices if claim.worker == layout.main_worker),
     )
     result = [main]
@@ -217,13 +282,14 @@ def layer_devices(
         gpu_start = max(n_blocks - n_gpu_layers, 0)
     active = min(n_gpu_layers, n_blocks + 1)
     last_device = len(tensor_split) - 1
-    devices: list[int | None] = []
-    for layer in range(n_blocks + 1):
-        if layer < gpu_start or layer - gpu_start >= active:
-            devices.append(None)
-            continue
-        fraction = np.float32(layer - gpu_start) / np.float32(active)
-        devices.append(min(int(np.searchsorted(splits, fraction, side="right")), last_device))
+    # Vectorised over layers; each element is the same float32 division and upper_bound.
+    offsets = np.arange(n_blocks + 1) - gpu_start
+    on_gpu = (offsets >= 0) & (offsets < active)
+    fractions = offsets[on_gpu].astype(np.float32) / np.float32(max(active, 1))
+    found = np.minimum(np.searchsorted(splits, fractions, side="right"), last_device).tolist()
+    devices: list[int | None] = [None] * (n_blocks + 1)
+    for layer, device in zip(np.flatnonzero(on_gpu).tolist(), found, strict=True):
+        devices[layer] = device
     return tuple(devices)
 
 

@@ -34,9 +34,19 @@ class ComputeBuffer(Frozen):
 
     full_offload_bytes: Bytes = 0
     partial_offload_bytes: Bytes = 0
+    multi_device_bytes: Bytes | None = None
+    """Full offload over several devices (llama.cpp's pipeline parallelism keeps copies of the
+    inputs); ``None``: the same as ``full_offload_bytes``."""
 
-    def bytes_for(self, partial: bool) -> int:
-        return self.partial_offload_bytes if partial else self.full_offload_bytes
+    def bytes_for(self, partial: bool, multi_device: bool | None = None) -> int:
+        """The buffer in one offload state; ``multi_device=None`` (device count unknown) takes the
+        larger of the two full-offload sizes."""
+        if partial:
+            return self.partial_offload_bytes
+        multi = self.full_offload_bytes if self.multi_device_bytes is None else self.multi_device_bytes
+        if multi_device is None:
+            return max(self.full_offload_bytes, multi)
+        return multi if multi_device else self.full_offload_bytes
 
 
 class RoleCosts(Frozen):
@@ -73,6 +83,15 @@ class MemoryProfile(Frozen):
     """RAM one rpc-server process costs its worker."""
     extra_main_gpu_bytes: Bytes = 0
     """Extras on the main GPU (a multimodal projector, ``--mmproj``)."""
+    output_compute_bytes: Bytes = 0
+    """Compute the device holding the output layer needs beyond its role's (the logits)."""
+    first_device_compute_bytes: Bytes = 0
+    """Extra compute on the first device when a full offload spans several devices (input copies)."""
+    host_output_weight_bytes: Bytes | None = None
+    """RAM of the output layer when it stays on the host; default ``output_weight_bytes`` (a tied
+    embedding costs nothing more there: the host reuses the token embedding)."""
+    host_output_compute_bytes: Bytes = 0
+    """Host compute added when the output layer stays on the host (the CPU computes the logits)."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
 
@@ -113,6 +132,11 @@ class MemoryProfile(Frozen):
     def n_layers(self) -> int:
         """Blocks plus the output layer: the count ``-ngl`` refers to for full offload."""
         return self.n_blocks + 1
+
+    @property
+    def host_output_bytes(self) -> int:
+        """RAM of the output layer when it is not offloaded."""
+        return self.output_weight_bytes if self.host_output_weight_bytes is None else self.host_output_weight_bytes
 
     def host_weight_bytes(self, block: int) -> int:
         weights = self.block_host_weight_bytes or self.block_weight_bytes

@@ -10,10 +10,11 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Reason
 from layerfit.domain.profile import DeviceRole, MemoryProfile
-from layerfit.heuristics.evaluate import Evaluator, Placement, Verdict
+from layerfit.heuristics.evaluate import Evaluator, Verdict
 from layerfit.heuristics.notes import Note
+from layerfit.heuristics.placement import Placement
 from layerfit.heuristics.views import GpuView, Selection, WorkerView, gpu_views, worker_views
-from layerfit.memory import claims, device_overhead_bytes
+from layerfit.memory import claims
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Context:
     tensor_split: tuple[float, ...] | None
     selection: Selection | None
     """The manual GPU selection in force (``None`` when absent or overridden by ``-ts``)."""
+    _main_ram: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    """Memo of ``main_ram_at``."""
 
     @property
     def n_layers(self) -> int:
@@ -55,25 +58,30 @@ class Context:
     def _smallest_block_bytes(self) -> int:
         return min(w + kv for w, kv in zip(self.profile.block_weight_bytes, self.profile.block_kv_bytes, strict=True))
 
-    def _least_overhead(self, role: DeviceRole, unified: bool) -> int:
-        return min(
-            device_overhead_bytes(self.profile, role, partial=partial, unified_worker=unified, holds_output=False)
-            for partial in (False, True)
-        )
-
     def local_floor(self, unified: bool) -> int:
-        """The least VRAM a main-worker GPU needs to hold one layer (block or output layer)."""
-        smallest = min(self._smallest_block_bytes, self.profile.output_weight_bytes)
-        return smallest + min(self._least_overhead(role, unified) for role in (DeviceRole.MAIN, DeviceRole.LOCAL))
+        """The least VRAM a main-worker GPU needs to hold one layer (a block or the output layer)."""
+        least = self.evaluator.least_overhead
+        local = (DeviceRole.MAIN, DeviceRole.LOCAL)
+        return min(self._smallest_block_bytes + least(local, unified, False), least(local, unified, True))
 
     def rpc_floor(self, unified: bool) -> int:
         """The least VRAM an RPC server's GPU needs to hold one block."""
-        return self._smallest_block_bytes + self._least_overhead(DeviceRole.RPC, unified)
+        return self._smallest_block_bytes + self.evaluator.least_overhead((DeviceRole.RPC,), unified, False)
 
     def main_ram_at(self, n_gpu_layers: int) -> int:
-        """RAM of a main worker whose GPUs hold ``n_gpu_layers`` layers (independent of the split)."""
-        shape = self.evaluator.shape(n_gpu_layers, (1.0,))
-        return claims(self.profile, shape).workers[0].ram_bytes
+        """The least RAM a main worker needs with ``n_gpu_layers`` layers on its devices.
+
+        The host part depends on the layer count and on whether one or several devices share the
+        layers, not on the split; the smaller of the two. Does not grow with ``n_gpu_layers``.
+        """
+        cached = self._main_ram.get(n_gpu_layers)
+        if cached is None:
+            cached = min(
+                claims(self.profile, self.evaluator.shape(n_gpu_layers, shares)).workers[0].ram_bytes
+                for shares in ((1.0,), (1.0, 1.0))
+            )
+            self._main_ram[n_gpu_layers] = cached
+        return cached
 
     @cached_property
     def main_ram_floor(self) -> int:
@@ -83,6 +91,13 @@ class Context:
         if not self.deployment.cpu_offloading:
             return self.main_ram_at(self.n_layers)
         return min(self.main_ram_at(self.n_layers), self.main_ram_at(self.n_layers - 1))
+
+    def hopeless(self, verdict: Verdict) -> bool:
+        """The main worker is short of RAM here and would be with fewer layers on GPUs too."""
+        count = verdict.n_gpu_layers
+        if not verdict.main_short or count >= self.n_layers or count <= 1:
+            return False
+        return self.main_ram_at(count - 1) > verdict.placement.main.ram_bytes
 
     def evaluate(self, where: Placement, n_gpu_layers: int) -> Verdict:
         return self.evaluator.evaluate(where, n_gpu_layers)

@@ -1,81 +1,39 @@
-"""Placements and how they fit: llama.cpp's split rule and ``memory.claims``, memoised.
+"""How placements fit: ``memory.claims`` memoised on canonical layouts, checked like ``check.py``.
 
-A placement is a main worker, its devices in llama.cpp order (RPC servers first, then the main
-worker's GPUs) and the ``-ts`` shares over them. With an ``-ngl`` value it defines a layout through
-``memory.layout_from_flags``. Claims come from ``memory.claims`` on a canonical copy of that layout:
-worker names become tokens (main = 0, RPC workers 1, 2, ... in order of appearance) and GPU indexes
-become positions. Placements with the same shares, token pattern and unified-memory flags need the
-same bytes, so a cluster of identical GPUs costs one ``claims`` call per shape for the whole search.
-The capacity comparison mirrors ``check.capacity_reasons`` (VRAM per device; RAM, or the single
-pool of a unified-memory worker, per worker); the tests hold the two equal.
+Claims come from ``memory.claims`` on a canonical copy of a placement's layout: worker names
+become tokens (main = 0, RPC workers 1, 2, ... in order of appearance) and GPU indexes become
+positions. Layouts with the same blocks per position, token pattern and unified-memory flags need
+the same bytes, so identical GPUs and workers share one ``claims`` call for the whole search.
+Before that call, each device's blocks plus ``memory.device_overhead_bytes`` (the sum ``claims``
+makes for it) rule out layouts with an overflowing GPU without building any claims. The capacity
+comparison mirrors ``check.capacity_reasons`` (VRAM per device; RAM, or the single pool of a
+unified-memory worker, per worker); the property tests hold the three equal.
+
+A placement whose split leaves a GPU with a share but without a layer does not fit: that layout
+belongs to the smaller placement without the GPU, which the strategies try on its own.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from itertools import product
 
 from layerfit.domain.config import OffloadOrder
 from layerfit.domain.layout import Claims, DeviceAssignment, Layout
-from layerfit.domain.profile import MemoryProfile
-from layerfit.heuristics.views import GpuView, WorkerView
-from layerfit.memory import block_prefix_bytes, claims, layout_from_flags
+from layerfit.domain.profile import DeviceRole, MemoryProfile
+from layerfit.heuristics.placement import Placement, layer_shape
+from layerfit.heuristics.views import GpuView
+from layerfit.memory import block_prefix_bytes, claims, device_overhead_bytes, is_partial
 
-_ANONYMOUS = "_"
-
-
-@lru_cache(maxsize=1 << 16)
-def layer_shape(n_blocks: int, n_gpu_layers: int, shares: tuple[float, ...], order: OffloadOrder) -> Layout:
-    """llama.cpp's layout for ``-ngl``/``-ts`` over anonymous devices; ``gpu_index`` is the position."""
-    devices = [(_ANONYMOUS, position) for position in range(len(shares))]
-    return layout_from_flags(_ANONYMOUS, devices, n_blocks, n_gpu_layers, shares, order)
+_ROLES = tuple(DeviceRole)
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Main worker, devices in llama.cpp order and ``-ts`` shares; see ``placement()``."""
-
-    main: WorkerView
-    devices: tuple[GpuView, ...]
-    shares: tuple[float, ...]
-    tokens: tuple[int, ...]
-    """Worker token of each device: 0 for the main worker, 1, 2, ... for RPC workers."""
-    worker_names: tuple[str, ...]
-    worker_ram_bytes: tuple[int, ...]
-    worker_unified: tuple[bool, ...]
-
-    @property
-    def vram_bytes(self) -> int:
-        return sum(gpu.vram_bytes for gpu in self.devices)
-
-    @property
-    def rpc_count(self) -> int:
-        return sum(1 for token in self.tokens if token)
-
-
-def placement(main: WorkerView, devices: tuple[GpuView, ...], shares: tuple[float, ...] | None = None) -> Placement:
-    """A placement; ``shares`` default to the devices' allocatable VRAM (GPUStack's split)."""
-    names = [main.name]
-    ram = [main.ram_bytes]
-    unified = [main.unified]
-    tokens = []
-    for gpu in devices:
-        if gpu.worker not in names:
-            names.append(gpu.worker)
-            ram.append(gpu.worker_ram_bytes)
-            unified.append(gpu.unified)
-        tokens.append(names.index(gpu.worker))
-    return Placement(
-        main=main,
-        devices=devices,
-        shares=shares if shares is not None else tuple(float(gpu.vram_bytes) for gpu in devices),
-        tokens=tuple(tokens),
-        worker_names=tuple(names),
-        worker_ram_bytes=tuple(ram),
-        worker_unified=tuple(unified),
-    )
+def _role(token: int, position: int, last: int) -> DeviceRole:
+    """``Layout.role`` on a canonical layout: RPC for other workers, MAIN for the last local GPU."""
+    if token:
+        return DeviceRole.RPC
+    return DeviceRole.MAIN if position == last else DeviceRole.LOCAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +54,12 @@ class Verdict:
 
     placement: Placement
     n_gpu_layers: int
-    need: Need
+    need: Need | None
+    """``None`` when a lower bound already shows a device is too small (no claims computed)."""
     fits: bool
     vram_ok: bool
-    host_short: bool
-    """RAM of a worker without unified memory is short: fewer GPU layers cannot fix it."""
+    main_short: bool
+    """The main worker (without unified memory) is short of RAM."""
 
 
 class Evaluator:
@@ -112,6 +71,8 @@ class Evaluator:
         self.evaluations = 0
         self._needs: dict[tuple[object, ...], Need] = {}
         self._layer_bytes: dict[int, int] = {}
+        self._overheads: dict[tuple[tuple[DeviceRole, ...], bool, bool], int] = {}
+        self._exact_overheads: dict[tuple[DeviceRole, bool, bool, bool, bool, bool], int] = {}
         self._prefix = block_prefix_bytes(profile)
 
     @property
@@ -124,36 +85,115 @@ class Evaluator:
     def evaluate(self, where: Placement, n_gpu_layers: int) -> Verdict:
         """Fit of the placement at ``-ngl n_gpu_layers`` (same rule as ``check.capacity_reasons``)."""
         self.evaluations += 1
+        if not self._every_device_used(where, n_gpu_layers) or self._device_surely_short(where, n_gpu_layers):
+            return Verdict(where, n_gpu_layers, need=None, fits=False, vram_ok=False, main_short=False)
         need = self.need(where, n_gpu_layers)
         vram_ok = all(used <= gpu.vram_bytes for used, gpu in zip(need.device_bytes, where.devices, strict=True))
-        host_short = False
-        pool_short = False
-        for token, used in enumerate(need.worker_bytes):
-            if used > where.worker_ram_bytes[token]:
-                if where.worker_unified[token]:
-                    pool_short = True
-                else:
-                    host_short = True
-        fits = vram_ok and not host_short and not pool_short
+        short = [used > ram for used, ram in zip(need.worker_bytes, where.worker_ram_bytes, strict=True)]
         return Verdict(
-            placement=where, n_gpu_layers=n_gpu_layers, need=need, fits=fits, vram_ok=vram_ok, host_short=host_short
+            placement=where,
+            n_gpu_layers=n_gpu_layers,
+            need=need,
+            fits=vram_ok and not any(short),
+            vram_ok=vram_ok,
+            main_short=short[0] and not where.worker_unified[0],
         )
 
+    def _every_device_used(self, where: Placement, n_gpu_layers: int) -> bool:
+        """Every device with a share holds a layer; otherwise the layout is a smaller placement's."""
+        held = len(self.shape(n_gpu_layers, where.shares).devices)
+        return held == sum(1 for share in where.shares if share > 0) or n_gpu_layers == 0
+
+    def devices_overhead(self, devices: tuple[GpuView, ...]) -> int:
+        """The least the devices cost together besides their layers (each holds at least one)."""
+        return sum(self.least_overhead(_ROLES, gpu.unified, False) for gpu in devices)
+
+    def _device_surely_short(self, where: Placement, n_gpu_layers: int) -> bool:
+        """A device's blocks plus its overhead (``memory.device_overhead_bytes``) exceed its VRAM.
+
+        The same sum ``memory.claims`` makes for the device; checked first because it needs no
+        claims, and ``claims`` stays the judge of every layout that passes.
+        """
+        shape = self.shape(n_gpu_layers, where.shares)
+        prefix = self._prefix
+        partial = is_partial(shape)
+        several = len(shape.devices) > 1
+        first = shape.cpu_blocks
+        last = len(shape.devices) - 1
+        for position, device in enumerate(shape.devices):
+            gpu = where.devices[device.gpu_index]
+            end = first + device.blocks
+            overhead = self._overhead(
+                _role(where.tokens[device.gpu_index], position, last),
+                partial=partial,
+                unified=gpu.unified,
+                holds_output=shape.output_offloaded and position == last,
+                several=several,
+                first_device=position == 0,
+            )
+            if prefix[end] - prefix[first] + overhead > gpu.vram_bytes:
+                return True
+            first = end
+        return False
+
+    def _overhead(
+        self, role: DeviceRole, *, partial: bool, unified: bool, holds_output: bool, several: bool, first_device: bool
+    ) -> int:
+        key = (role, partial, unified, holds_output, several, first_device)
+        cached = self._exact_overheads.get(key)
+        if cached is None:
+            cached = device_overhead_bytes(
+                self.profile,
+                role,
+                partial=partial,
+                unified_worker=unified,
+                holds_output=holds_output,
+                multi_device=several,
+                first_device=first_device,
+            )
+            self._exact_overheads[key] = cached
+        return cached
+
+    def least_overhead(self, roles: tuple[DeviceRole, ...], unified: bool, holds_output: bool) -> int:
+        """The least a device in one of ``roles`` costs besides its blocks, over every layout."""
+        key = (roles, unified, holds_output)
+        cached = self._overheads.get(key)
+        if cached is None:
+            cached = min(
+                device_overhead_bytes(
+                    self.profile,
+                    role,
+                    partial=partial,
+                    unified_worker=unified,
+                    holds_output=holds_output,
+                    multi_device=multi,
+                    first_device=first,
+                )
+                for role in roles
+                for partial, multi, first in product((False, True), repeat=3)
+            )
+            self._overheads[key] = cached
+        return cached
+
     def need(self, where: Placement, n_gpu_layers: int) -> Need:
-        key = (n_gpu_layers, where.shares, where.tokens, where.worker_unified)
+        """Bytes the placement needs, memoised on the canonical layout (blocks per position, tokens)."""
+        shape = self.shape(n_gpu_layers, where.shares)
+        blocks = tuple((device.gpu_index, device.blocks) for device in shape.devices)
+        key = (shape.cpu_blocks, blocks, shape.output_offloaded, where.tokens, where.worker_unified)
         cached = self._needs.get(key)
         if cached is None:
-            cached = self._canonical_need(where, n_gpu_layers)
+            cached = self._canonical_need(where, shape)
             self._needs[key] = cached
         return cached
 
-    def _canonical_need(self, where: Placement, n_gpu_layers: int) -> Need:
-        shape = self.shape(n_gpu_layers, where.shares)
+    def _canonical_need(self, where: Placement, shape: Layout) -> Need:
         canonical = Layout(
             main_worker="0",
             n_blocks=shape.n_blocks,
             devices=tuple(
-                DeviceAssignment(worker=str(where.tokens[device.gpu_index]), gpu_index=device.gpu_index, blocks=device.blocks)
+                DeviceAssignment.model_construct(
+                    worker=str(where.tokens[device.gpu_index]), gpu_index=device.gpu_index, blocks=device.blocks
+                )
                 for device in shape.devices
             ),
             output_offloaded=shape.output_offloaded,
@@ -211,42 +251,11 @@ class Evaluator:
         return cached
 
     def layers_within(self, vram_bytes: int, lo: int, hi: int) -> int:
-        """The most layers in ``lo..hi`` whose ``layer_bytes`` fit ``vram_bytes``; ``lo - 1`` if none."""
+        """The most layers in ``lo..hi`` whose ``layer_bytes`` fit ``vram_bytes``; ``lo - 1`` if none.
+
+        With ``vram_bytes`` net of ``devices_overhead``: an upper bound on what a placement holds.
+        """
         if hi < lo:
             return lo - 1
         counts = range(lo, hi + 1)
         return lo - 1 + bisect_right(counts, vram_bytes, key=self.layer_bytes)
-
-
-def largest_fitting(at: Callable[[int], Verdict], lo: int, hi: int, *, monotone: bool, total: int) -> Verdict | None:
-    """The verdict with the most layers in ``lo..hi`` that fits, or ``None``.
-
-    ``monotone``: the devices' VRAM grows with the layers (one device, all counts partial), so a
-    binary search finds the most layers VRAM allows; RAM shrinks with more layers, so that count
-    is the only one to check. Otherwise scan down from ``hi``. Below ``total`` (partial offload)
-    the main RAM only grows as layers go back to the host, so a worker short of RAM ends the scan.
-    """
-    if hi < lo:
-        return None
-    if monotone:
-        return _bisect(at, lo, hi)
-    for count in range(hi, lo - 1, -1):
-        verdict = at(count)
-        if verdict.fits:
-            return verdict
-        if verdict.host_short and count < total:
-            return None
-    return None
-
-
-def _bisect(at: Callable[[int], Verdict], lo: int, hi: int) -> Verdict | None:
-    best: Verdict | None = None
-    low, high = lo, hi
-    while low <= high:
-        middle = (low + high) // 2
-        verdict = at(middle)
-        if verdict.vram_ok:
-            best, low = verdict, middle + 1
-        else:
-            high = middle - 1
-    return best if best is not None and best.fits else None

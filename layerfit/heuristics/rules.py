@@ -84,15 +84,15 @@ def _selection_errors(ctx: Context) -> list[Reason]:
     refs = ctx.deployment.gpu_selection
     if ctx.selection is None or refs is None:
         return []
-    reasons = [reason for ref in refs if (reason := _selected_gpu_error(ctx, ctx.cluster, ref.worker, ref.type, ref.index))]
+    found = (_selected_gpu_error(ctx, ctx.cluster, ref.worker, ref.type, ref.index) for ref in refs)
+    reasons = [reason for reason in found if reason is not None]
     if len(ctx.selection) > 1 and not ctx.deployment.distributed_inference_across_workers:
         message = (
             f"The selected GPUs span {len(ctx.selection)} workers, which needs distributed inference across "
             "workers; it is disabled for this model."
         )
-        reasons.append(
-            Reason(kind=ReasonKind.DISTRIBUTION_NOT_ALLOWED, resource="distributed_inference_across_workers", message=message)
-        )
+        resource = "distributed_inference_across_workers"
+        reasons.append(Reason(kind=ReasonKind.DISTRIBUTION_NOT_ALLOWED, resource=resource, message=message))
     return reasons
 
 
@@ -111,7 +111,7 @@ def _selected_gpu_error(ctx: Context, cluster: Cluster, worker_name: str, gpu_ty
     needed = ctx.local_floor(worker.unified_memory)
     if available >= needed:
         return None
-    message = f"Selected GPU {ref} lacks enough VRAM: at least {gib(needed)} GiB is needed, {gib(available)} GiB is free."
+    message = f"Selected GPU {ref} lacks enough VRAM: one layer needs {gib(needed)} GiB, {gib(available)} GiB is free."
     return Reason(
         kind=ReasonKind.INSUFFICIENT_VRAM,
         resource="vram",
@@ -174,7 +174,7 @@ gpu_layers_none = _gpu_layers_rule(lambda layers, total: layers == 0, "asks for 
 def no_tensor_split(ctx: Context, action: Action) -> Skip | None:
     if ctx.tensor_split is None:
         return None
-    return _skip(action, ReasonKind.STRATEGY_SKIPPED, "tensor_split", "--tensor-split asks for several GPUs")
+    return _skip(action, ReasonKind.STRATEGY_SKIPPED, "tensor_split", "--tensor-split asks for a split over GPUs")
 
 
 def _selection_rule(allowed: Callable[[Selection], bool], what: str) -> SkipRule:
@@ -204,7 +204,8 @@ def has_usable_gpu(ctx: Context, action: Action) -> Skip | None:
         return None
     skip = _skip(action, ReasonKind.STRATEGY_SKIPPED, "vram", "no GPU has allocatable VRAM")
     if any(worker.gpus for worker in ctx.cluster.workers):
-        note = Note(Level.INFO, Action.PRE_CHECK, "No GPU has allocatable VRAM. Please check the workers' available VRAM.")
+        text = "No GPU has allocatable VRAM. Please check the workers' available VRAM."
+        note = Note(Level.INFO, Action.PRE_CHECK, text)
         return Skip(skip.reason, (note,))
     return skip
 

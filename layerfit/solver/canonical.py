@@ -21,7 +21,7 @@ def canonical_layout(instance: Instance, layout: Layout) -> Layout:
 
 def _twin_groups(instance: Instance) -> list[list[int]]:
     groups: dict[int, list[int]] = {}
-    for w, view in enumerate(instance.workers):
+    for w, _view in enumerate(instance.workers):
         root = w
         while instance.workers[root].twin_of is not None:
             twin = instance.workers[root].twin_of

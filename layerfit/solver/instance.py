@@ -21,24 +21,17 @@ that symmetry and most of the model's size on large clusters.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from itertools import product
-from typing import NamedTuple
+from itertools import chain, pairwise
 
 from layerfit.domain.cluster import Cluster, Gpu, Worker
 from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import DeviceRole, MemoryProfile
-from layerfit.errors import SolverError
-from layerfit.memory import (
-    block_prefix_bytes,
-    device_overhead_bytes,
-    host_prefix_bytes,
-    layer_devices,
-    main_host_overhead_bytes,
-)
-from layerfit.solver.scale import Scale, choose_scale, to_mib
+from layerfit.memory import layer_devices
+from layerfit.solver.costs import Costs, memory_costs
+from layerfit.solver.scale import Scale, choose_scale, tie_break_unit
 
 
 class SlotKind(StrEnum):
@@ -46,14 +39,6 @@ class SlotKind(StrEnum):
 
     RPC = "rpc"
     LOCAL = "local"
-
-
-class DeviceKind(NamedTuple):
-    """What a device's fixed costs depend on: its role, its worker's memory type, partial offload."""
-
-    role: DeviceRole
-    unified: bool
-    partial: bool
 
 
 @dataclass(frozen=True)
@@ -66,9 +51,10 @@ class GpuClass:
     gpu_indexes: tuple[int, ...]
     capacity: int
     """Allocatable VRAM of each, scaled (rounded down)."""
-    capacity_mib: int
     rpc_ok: bool
     local_ok: bool
+    tie_capacity: int = 0
+    """Allocatable VRAM in the tie-break's coarser unit (see ``tie_break_unit``)."""
 
     @property
     def count(self) -> int:
@@ -83,44 +69,13 @@ class WorkerView:
     unified: bool
     ram_capacity: int
     """Allocatable RAM (the whole pool on a unified-memory worker), scaled (rounded down)."""
-    ram_mib: int
     main_ok: bool
     rpc_ok: bool
     classes: tuple[int, ...]
     twin_of: int | None = None
     """An earlier worker identical to this one for the model (symmetry breaking), if any."""
-
-
-@dataclass(frozen=True)
-class HostCosts:
-    """Main-worker RAM besides kept blocks as a linear function of three switches (scaled)."""
-
-    base: int
-    """Full offload, output layer on a GPU, a main GPU present."""
-    partial: int
-    """Added when any layer stays on the host."""
-    kept_output: int
-    """Added when the output layer stays on the host."""
-    no_main_gpu: int
-    """Added when the main worker uses none of its GPUs."""
-
-
-@dataclass(frozen=True)
-class Costs:
-    """Every memory figure the model needs, scaled, taken from ``layerfit.memory``."""
-
-    block_prefix_up: tuple[int, ...]
-    """GPU bytes of blocks ``0 .. i-1``, rounded up (end of a device's range)."""
-    block_prefix_down: tuple[int, ...]
-    """The same rounded down (start of a device's range), so a range is never under-counted."""
-    host_prefix_up: tuple[int, ...]
-    uniform_block: int | None
-    """Scaled GPU cost of one block when all blocks cost the same (no element constraints)."""
-    uniform_host_block: int | None
-    device: Mapping[DeviceKind, int]
-    output: int
-    host: HostCosts
-    rpc_host: int
+    tie_ram: int = 0
+    """Allocatable RAM in the tie-break's coarser unit."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +119,11 @@ class Instance:
     rules: Rules
     scale: Scale
     policy: Policy
-    uniform_blocks: bool
+
+    @property
+    def uniform_blocks(self) -> bool:
+        """Every block costs the same (on GPU and on the host)."""
+        return self.costs.uniform_block is not None
 
     @property
     def n_layers(self) -> int:
@@ -188,23 +147,37 @@ class Instance:
     def worker_index(self, name: str) -> int | None:
         return next((w for w, view in enumerate(self.workers) if view.name == name), None)
 
+    def restricted(self, *, rpc_slots: int, local_slots: int, mains: frozenset[int] | None = None) -> Instance:
+        """The same deployment with fewer slots and, optionally, fewer candidate main workers.
+
+        Used once a tier is known: every layout that can still be optimal fits the smaller model.
+        """
+        workers = self.workers
+        classes = self.classes
+        if mains is not None:
+            workers = tuple(replace(view, main_ok=view.main_ok and w in mains) for w, view in enumerate(workers))
+            classes = tuple(replace(cls, local_ok=cls.local_ok and workers[cls.worker].main_ok) for cls in classes)
+        return replace(
+            self,
+            workers=workers,
+            classes=classes,
+            rpc_slots=min(rpc_slots, self.rpc_slots),
+            local_slots=min(local_slots, self.local_slots),
+        )
+
 
 # ---------------------------------------------------------------------------------------------
 # Building an instance
 # ---------------------------------------------------------------------------------------------
 
 
-def build_instance(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
-) -> Instance:
+def build_instance(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig) -> Instance:
     """Prepare one deployment for the model: rules, scaled costs, candidate workers and GPUs."""
     rules = _rules(deployment, profile, config)
-    scale = choose_scale(_all_sizes(cluster, profile))
+    raw = memory_costs(profile)
+    scale = choose_scale(chain(raw.sizes(), _capacities(cluster)))
     selection = _selection(cluster, deployment)
-    min_main_ram = min(
-        main_host_overhead_bytes(profile, partial=p, output_offloaded=o, has_main_gpu=m)
-        for p, o, m in product(rules.partial_values, (False, True), (False, True))
-    )
+    min_main_ram = min(size for kind, size in raw.host.items() if kind.partial in rules.partial_values)
     allow_rpc = deployment.distributed_inference_across_workers and not rules.single_device
     workers: list[WorkerView] = []
     classes: list[GpuClass] = []
@@ -214,7 +187,7 @@ def build_instance(
         )
         rpc_ok = allow_rpc and worker.allocatable_ram_bytes >= profile.rpc_host_fixed_bytes
         worker_classes = _gpu_classes(
-            worker, len(workers), profile, rules, scale, selection, main_ok=main_ok, rpc_ok=rpc_ok
+            worker, len(workers), raw, rules, scale, selection, main_ok=main_ok, rpc_ok=rpc_ok
         )
         first = len(classes)
         classes.extend(worker_classes)
@@ -223,18 +196,20 @@ def build_instance(
                 name=worker.name,
                 unified=worker.unified_memory,
                 ram_capacity=scale.capacity(worker.allocatable_ram_bytes),
-                ram_mib=to_mib(worker.allocatable_ram_bytes),
                 main_ok=main_ok,
                 rpc_ok=rpc_ok and any(cls.rpc_ok for cls in worker_classes),
                 classes=tuple(range(first, len(classes))),
             )
         )
+    workers, classes = _tie_break_sizes(workers, classes)
     workers = _mark_twins(workers, classes)
     max_devices = _max_devices(profile.n_layers, rules)
     local_slots = min(
         max_devices,
-        max((sum(classes[c].count for c in view.classes if classes[c].local_ok) for view in workers if view.main_ok),
-            default=0),
+        max(
+            (sum(classes[c].count for c in view.classes if classes[c].local_ok) for view in workers if view.main_ok),
+            default=0,
+        ),
     )
     rpc_capacity = sum(cls.count for cls in classes if cls.rpc_ok and workers[cls.worker].rpc_ok)
     rpc_slots = min(config.max_rpc_servers, max_devices, rpc_capacity) if allow_rpc else 0
@@ -245,11 +220,10 @@ def build_instance(
         classes=tuple(classes),
         rpc_slots=rpc_slots,
         local_slots=local_slots,
-        costs=_costs(profile, scale),
+        costs=raw.scaled(scale),
         rules=rules,
         scale=scale,
         policy=config.policy,
-        uniform_blocks=_uniform(profile),
     )
 
 
@@ -307,35 +281,29 @@ def _selection(cluster: Cluster, deployment: Deployment) -> frozenset[tuple[str,
     return frozenset((ref.worker, ref.index) for ref in deployment.gpu_selection)
 
 
-def _all_sizes(cluster: Cluster, profile: MemoryProfile) -> list[int]:
-    sizes = [*block_prefix_bytes(profile), *host_prefix_bytes(profile), profile.rpc_host_fixed_bytes]
-    for role, unified, partial, output in product(DeviceRole, (False, True), (False, True), (False, True)):
-        sizes.append(
-            device_overhead_bytes(profile, role, partial=partial, unified_worker=unified, holds_output=output)
-        )
-    for partial, output, main in product((False, True), repeat=3):
-        sizes.append(main_host_overhead_bytes(profile, partial=partial, output_offloaded=output, has_main_gpu=main))
+def _capacities(cluster: Cluster) -> list[int]:
+    sizes = []
     for worker in cluster.workers:
         sizes.append(worker.allocatable_ram_bytes)
         sizes.extend(gpu.allocatable_vram_bytes for gpu in worker.gpus)
     return sizes
 
 
-def _min_device_bytes(profile: MemoryProfile, roles: Iterable[DeviceRole], unified: bool, rules: Rules) -> int:
+def _min_device_bytes(costs: Costs, roles: Iterable[DeviceRole], unified: bool, rules: Rules) -> int:
     """The least any device of these roles can need: its fixed costs and one block or the output."""
-    smallest_block = min(w + kv for w, kv in zip(profile.block_weight_bytes, profile.block_kv_bytes, strict=True))
-    least_content = min(smallest_block, profile.output_weight_bytes)
-    return least_content + min(
-        device_overhead_bytes(profile, role, partial=partial, unified_worker=unified, holds_output=False)
-        for role in roles
-        for partial in rules.partial_values
+    prefix = costs.block_prefix_up
+    smallest_block = min(b - a for a, b in pairwise(prefix))
+    return min(smallest_block, costs.output) + min(
+        size
+        for kind, size in costs.device.items()
+        if kind.role in roles and kind.unified in (None, unified) and kind.partial in rules.partial_values
     )
 
 
 def _gpu_classes(
     worker: Worker,
     worker_position: int,
-    profile: MemoryProfile,
+    costs: Costs,
     rules: Rules,
     scale: Scale,
     selection: frozenset[tuple[str, int]] | None,
@@ -344,8 +312,8 @@ def _gpu_classes(
     rpc_ok: bool,
 ) -> list[GpuClass]:
     unified = worker.unified_memory
-    local_floor = _min_device_bytes(profile, (DeviceRole.LOCAL, DeviceRole.MAIN), unified, rules)
-    rpc_floor = _min_device_bytes(profile, (DeviceRole.RPC,), unified, rules)
+    local_floor = _min_device_bytes(costs, (DeviceRole.LOCAL, DeviceRole.MAIN), unified, rules)
+    rpc_floor = _min_device_bytes(costs, (DeviceRole.RPC,), unified, rules)
     groups: dict[tuple[str, int, bool, bool], list[Gpu]] = {}
     for gpu in worker.gpus:
         if selection is not None and (worker.name, gpu.index) not in selection:
@@ -361,12 +329,21 @@ def _gpu_classes(
             gpu_type=gpu_type,
             gpu_indexes=tuple(sorted(gpu.index for gpu in gpus)),
             capacity=scale.capacity(vram),
-            capacity_mib=to_mib(vram),
             rpc_ok=remote,
             local_ok=local,
         )
         for (gpu_type, vram, local, remote), gpus in ordered
     ]
+
+
+def _tie_break_sizes(workers: list[WorkerView], classes: list[GpuClass]) -> tuple[list[WorkerView], list[GpuClass]]:
+    """Capacities in units coarse enough to keep the tie-break's coefficients small."""
+    gpu_unit = tie_break_unit(cls.capacity for cls in classes)
+    ram_unit = tie_break_unit(view.ram_capacity for view in workers)
+    return (
+        [replace(view, tie_ram=view.ram_capacity // ram_unit) for view in workers],
+        [replace(cls, tie_capacity=cls.capacity // gpu_unit) for cls in classes],
+    )
 
 
 def _mark_twins(workers: list[WorkerView], classes: list[GpuClass]) -> list[WorkerView]:
@@ -387,21 +364,8 @@ def _mark_twins(workers: list[WorkerView], classes: list[GpuClass]) -> list[Work
         )
         twin = last_seen.get(signature)
         last_seen[signature] = w
-        marked.append(view if twin is None else _with_twin(view, twin))
+        marked.append(view if twin is None else replace(view, twin_of=twin))
     return marked
-
-
-def _with_twin(view: WorkerView, twin: int) -> WorkerView:
-    return WorkerView(
-        name=view.name,
-        unified=view.unified,
-        ram_capacity=view.ram_capacity,
-        ram_mib=view.ram_mib,
-        main_ok=view.main_ok,
-        rpc_ok=view.rpc_ok,
-        classes=view.classes,
-        twin_of=twin,
-    )
 
 
 def _max_devices(n_layers: int, rules: Rules) -> int:
@@ -412,60 +376,3 @@ def _max_devices(n_layers: int, rules: Rules) -> int:
     if rules.single_device:
         limit = min(limit, 1)
     return limit
-
-
-def _uniform(profile: MemoryProfile) -> bool:
-    gpu = {w + kv for w, kv in zip(profile.block_weight_bytes, profile.block_kv_bytes, strict=True)}
-    host = {profile.host_weight_bytes(i) + profile.block_kv_bytes[i] for i in range(profile.n_blocks)}
-    return len(gpu) == 1 and len(host) == 1
-
-
-def _costs(profile: MemoryProfile, scale: Scale) -> Costs:
-    gpu_prefix = block_prefix_bytes(profile)
-    host_prefix = host_prefix_bytes(profile)
-    uniform = _uniform(profile)
-    device: dict[DeviceKind, int] = {}
-    outputs: set[int] = set()
-    for role, unified, partial in product(DeviceRole, (False, True), (False, True)):
-        without = device_overhead_bytes(profile, role, partial=partial, unified_worker=unified, holds_output=False)
-        with_output = device_overhead_bytes(profile, role, partial=partial, unified_worker=unified, holds_output=True)
-        device[DeviceKind(role, unified, partial)] = scale.claim(without)
-        outputs.add(with_output - without)
-    if len(outputs) != 1:
-        raise SolverError("the memory model's output-layer cost depends on the device kind; the encoding assumes not")
-    return Costs(
-        block_prefix_up=tuple(scale.claim(size) for size in gpu_prefix),
-        block_prefix_down=tuple(scale.capacity(size) for size in gpu_prefix),
-        host_prefix_up=tuple(scale.claim(size) for size in host_prefix),
-        uniform_block=scale.claim(gpu_prefix[1]) if uniform else None,
-        uniform_host_block=scale.claim(host_prefix[1]) if uniform else None,
-        device=device,
-        output=scale.claim(outputs.pop()),
-        host=_host_costs(profile, scale),
-        rpc_host=scale.claim(profile.rpc_host_fixed_bytes),
-    )
-
-
-def _host_costs(profile: MemoryProfile, scale: Scale) -> HostCosts:
-    """Fit ``base + a*partial + b*kept_output + c*no_main_gpu`` that is >= every scaled corner."""
-    corners = {
-        (p, k, n): scale.claim(
-            main_host_overhead_bytes(profile, partial=bool(p), output_offloaded=not k, has_main_gpu=not n)
-        )
-        for p, k, n in product((0, 1), repeat=3)
-    }
-
-    def largest_step(axis: int) -> int:
-        steps = []
-        for corner, value in corners.items():
-            if corner[axis] == 1:
-                lower = list(corner)
-                lower[axis] = 0
-                steps.append(value - corners[(lower[0], lower[1], lower[2])])
-        return max(steps)
-
-    coefficients = (largest_step(0), largest_step(1), largest_step(2))
-    base = max(
-        value - sum(c * z for c, z in zip(coefficients, corner, strict=True)) for corner, value in corners.items()
-    )
-    return HostCosts(base=base, partial=coefficients[0], kept_output=coefficients[1], no_main_gpu=coefficients[2])

@@ -22,33 +22,43 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from layerfit.domain.base import MiB
+from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import Policy
 from layerfit.domain.layout import Claims, Layout
-from layerfit.domain.cluster import Cluster
 from layerfit.solver.instance import Instance
-from layerfit.solver.variables import Variables
+from layerfit.solver.variables import Expr, Variables
 
 
 @dataclass(frozen=True)
 class StrictTiers:
     """Linear expressions of the three strict tiers and their combined, weighted objective."""
 
-    layers: cp_model.LinearExprT
-    workers: cp_model.LinearExprT
-    gpus: cp_model.LinearExprT
-    combined: cp_model.LinearExprT
+    layers: Expr
+    workers: Expr
+    gpus: Expr
+    combined: Expr
     """Maximise: ``layers * layer_weight - workers * worker_weight - gpus``."""
     layer_weight: int
     worker_weight: int
 
 
-def strict_tiers(instance: Instance, variables: Variables) -> StrictTiers:
-    """The strict tiers and weights: ``worker_weight`` exceeds the GPU-count range, and
-    ``layer_weight`` exceeds the range of ``workers * worker_weight + gpus``."""
-    max_gpus = len(variables.slots)
-    max_extra_workers = len(variables.rpc)
+def strict_weights(instance: Instance) -> tuple[int, int]:
+    """``(layer_weight, worker_weight)``: the worker weight exceeds the GPU-count range, and the
+    layer weight exceeds the range of ``workers * worker_weight + gpus``."""
+    max_gpus = instance.rpc_slots + instance.local_slots
     worker_weight = max_gpus + 1
-    layer_weight = max_extra_workers * worker_weight + max_gpus + 1
+    return instance.rpc_slots * worker_weight + max_gpus + 1, worker_weight
+
+
+def strict_value(instance: Instance, layers: int, workers: int, gpus: int) -> int:
+    """The weighted strict objective of given tier values."""
+    layer_weight, worker_weight = strict_weights(instance)
+    return layer_weight * layers - worker_weight * workers - gpus
+
+
+def strict_tiers(instance: Instance, variables: Variables) -> StrictTiers:
+    """The strict tiers as expressions, and their weighted sum to maximise."""
+    layer_weight, worker_weight = strict_weights(instance)
     layers = variables.gpu_layers
     workers = sum(variables.worker_used.values())
     gpus = sum(slot.used for slot in variables.slots)
@@ -62,14 +72,16 @@ def strict_tiers(instance: Instance, variables: Variables) -> StrictTiers:
     )
 
 
-def tie_break(model: cp_model.CpModel, instance: Instance, variables: Variables, *, uses_gpus: bool) -> cp_model.LinearExprT:
+def tie_break(model: cp_model.CpModel, instance: Instance, variables: Variables, *, uses_gpus: bool) -> Expr:
     """The policy's tie-break as an expression to minimise (adds a headroom variable for spread)."""
     if not uses_gpus:
-        ram = sum(instance.workers[w].ram_mib * main for w, main in variables.main.items())
+        ram = sum(instance.workers[w].tie_ram * main for w, main in variables.main.items())
         return ram if instance.policy is Policy.BINPACK else -ram
     if instance.policy is Policy.BINPACK:
         return sum(
-            instance.classes[c].capacity_mib * assigned for slot in variables.slots for c, assigned in slot.assign.items()
+            instance.classes[c].tie_capacity * assigned
+            for slot in variables.slots
+            for c, assigned in slot.assign.items()
         )
     top = max((cls.capacity for cls in instance.classes), default=0)
     headroom = model.new_int_var(0, top, "spread_headroom")
@@ -85,10 +97,16 @@ def placement_score(cluster: Cluster, policy: Policy, layout: Layout, claims: Cl
         ram_mib = cluster.worker(layout.main_worker).allocatable_ram_bytes / MiB
         return -ram_mib if policy is Policy.BINPACK else ram_mib
     if policy is Policy.BINPACK:
-        return -sum(
-            cluster.worker(device.worker).gpu(device.gpu_index).allocatable_vram_bytes for device in layout.devices
-        ) / MiB
-    return min(
-        cluster.worker(claim.worker).gpu(claim.gpu_index).allocatable_vram_bytes - claim.total_bytes
-        for claim in claims.devices
-    ) / MiB
+        return (
+            -sum(
+                cluster.worker(device.worker).gpu(device.gpu_index).allocatable_vram_bytes for device in layout.devices
+            )
+            / MiB
+        )
+    return (
+        min(
+            cluster.worker(claim.worker).gpu(claim.gpu_index).allocatable_vram_bytes - claim.total_bytes
+            for claim in claims.devices
+        )
+        / MiB
+    )

@@ -12,8 +12,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from math import gcd
 
-from layerfit.domain.base import MiB
-
 MAX_SCALED = 1 << 44
 """Largest scaled size; sums of a few hundred such terms stay far from 64-bit overflow."""
 
@@ -49,6 +47,10 @@ def choose_scale(sizes: Iterable[int]) -> Scale:
     return Scale(unit_bytes=coarse, exact=False)
 
 
-def to_mib(n_bytes: int) -> int:
-    """Whole MiB, for tie-break scores where exactness does not matter."""
-    return n_bytes // MiB
+TIE_BREAK_RESOLUTION = 1 << 20
+"""Distinct values a tie-break coefficient may take: capacities are divided to stay below it."""
+
+
+def tie_break_unit(capacities: Iterable[int]) -> int:
+    """A divisor that brings the largest capacity under ``TIE_BREAK_RESOLUTION`` (1 if it is)."""
+    return max(1, max(capacities, default=0) // TIE_BREAK_RESOLUTION)

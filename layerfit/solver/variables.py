@@ -10,14 +10,16 @@ output layer. Blocks ``0 .. cpu_blocks-1`` stay on the host.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 
 from ortools.sat.python import cp_model
 
 from layerfit.domain.profile import DeviceRole
-from layerfit.solver.instance import DeviceKind, Instance, SlotKind
+from layerfit.solver.costs import DeviceKind, HostKind
+from layerfit.solver.instance import Instance, SlotKind
 
 IntVar = cp_model.IntVar
+Expr = cp_model.LinearExpr | int
+"""A linear expression as the constraint modules build them."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +41,9 @@ class SlotVars:
     holds_output: IntVar
     device_kind: dict[DeviceKind, IntVar]
     """Exactly one is true when the slot is used: its role, memory type and offload mode."""
+    first_full: IntVar | None
+    """The first device of a full offload over several devices (extra compute); ``None`` for slots
+    that can never be first."""
     need: IntVar
     """VRAM the device needs (scaled); meaningful only when the slot is used."""
     pool_share: dict[int, IntVar]
@@ -66,6 +71,10 @@ class Variables:
     any_local: IntVar
     """The main worker uses at least one of its GPUs (so a MAIN device exists)."""
     any_device: IntVar
+    multi: IntVar
+    """More than one device."""
+    host_kind: dict[HostKind, IntVar]
+    """Exactly one is true: what the main worker's RAM besides kept blocks depends on."""
 
     @property
     def slots(self) -> tuple[SlotVars, ...]:
@@ -74,12 +83,16 @@ class Variables:
 
 
 def _device_kinds(instance: Instance, kind: SlotKind) -> list[DeviceKind]:
+    """The device kinds a slot can take, per the cost table (switches it does not depend on are
+    ``None``) and the memory types of the GPUs that can fill it."""
     roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
-    classes = [instance.classes[c] for c in instance.classes_for(kind)]
-    unified_values = sorted({instance.workers[cls.worker].unified for cls in classes})
+    memory_types = {instance.workers[instance.classes[c].worker].unified for c in instance.classes_for(kind)}
     return [
-        DeviceKind(role, unified, partial)
-        for role, unified, partial in product(roles, unified_values, instance.rules.partial_values)
+        device_kind
+        for device_kind in instance.costs.device
+        if device_kind.role in roles
+        and (device_kind.unified is None or device_kind.unified in memory_types)
+        and device_kind.partial in instance.rules.partial_values
     ]
 
 
@@ -101,9 +114,10 @@ def _slot(model: cp_model.CpModel, instance: Instance, kind: SlotKind, position:
         last=model.new_bool_var(f"{tag}_last"),
         holds_output=model.new_bool_var(f"{tag}_output"),
         device_kind={
-            dk: model.new_bool_var(f"{tag}_{dk.role}_{int(dk.unified)}{int(dk.partial)}")
+            dk: model.new_bool_var(f"{tag}_{dk.role}_{dk.unified}_{dk.partial}_{dk.multi}")
             for dk in _device_kinds(instance, kind)
         },
+        first_full=model.new_bool_var(f"{tag}_first_full") if position == 0 else None,
         need=model.new_int_var(0, _need_upper_bound(instance), f"{tag}_need"),
         pool_share={w: model.new_int_var(0, max_need, f"{tag}_pool{w}") for w in unified_workers},
     )
@@ -111,7 +125,7 @@ def _slot(model: cp_model.CpModel, instance: Instance, kind: SlotKind, position:
 
 def _need_upper_bound(instance: Instance) -> int:
     costs = instance.costs
-    return costs.block_prefix_up[-1] + max(costs.device.values(), default=0) + costs.output
+    return costs.block_prefix_up[-1] + max(costs.device.values(), default=0) + costs.output + costs.first_device
 
 
 def make_variables(model: cp_model.CpModel, instance: Instance) -> Variables:
@@ -129,4 +143,10 @@ def make_variables(model: cp_model.CpModel, instance: Instance) -> Variables:
         partial=model.new_bool_var("partial"),
         any_local=model.new_bool_var("any_local"),
         any_device=model.new_bool_var("any_device"),
+        multi=model.new_bool_var("multi_device"),
+        host_kind={
+            hk: model.new_bool_var(f"host_{int(hk.partial)}{int(hk.output_offloaded)}{int(hk.main_gpu)}{hk.multi}")
+            for hk in instance.costs.host
+            if hk.partial in instance.rules.partial_values
+        },
     )

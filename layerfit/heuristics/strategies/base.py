@@ -9,8 +9,8 @@ from layerfit.check import capacity_reasons
 from layerfit.domain.layout import Claims
 from layerfit.domain.plan import Reason, ReasonKind, StrategyClass
 from layerfit.heuristics.context import Context, StrategyResult
-from layerfit.heuristics.evaluate import Placement
 from layerfit.heuristics.notes import Action
+from layerfit.heuristics.placement import Placement
 from layerfit.heuristics.rules import SkipRule
 from layerfit.heuristics.views import GpuView, WorkerView
 
@@ -58,3 +58,15 @@ def tensor_split_devices(worker: WorkerView, shares: tuple[float, ...]) -> tuple
             return None
         devices.append(gpu)
     return tuple(devices)
+
+
+def with_share(ctx: Context, devices: tuple[GpuView, ...]) -> tuple[GpuView, ...]:
+    """The devices a ``--tensor-split`` gives a non-zero share (all of them without one)."""
+    if ctx.tensor_split is None:
+        return devices
+    return tuple(gpu for gpu, share in zip(devices, ctx.tensor_split, strict=True) if share > 0)
+
+
+def room_for_layers(ctx: Context, devices: tuple[GpuView, ...]) -> int:
+    """VRAM of the devices less the least they cost besides layers: an upper bound for layer bytes."""
+    return sum(gpu.vram_bytes for gpu in devices) - ctx.evaluator.devices_overhead(with_share(ctx, devices))

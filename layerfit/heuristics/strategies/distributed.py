@@ -16,15 +16,18 @@ worker's selected GPUs plus every selected remote GPU. A ``--tensor-split`` fixe
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from itertools import combinations
 
 from layerfit.domain.plan import Reason, ReasonKind, Severity, StrategyClass
 from layerfit.heuristics import rules
 from layerfit.heuristics.context import Context, StrategyResult
-from layerfit.heuristics.evaluate import Placement, Verdict, largest_fitting, placement
+from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, gib, sentences
-from layerfit.heuristics.strategies.base import Strategy, can_hold_a_layer, no_candidate, rejection
+from layerfit.heuristics.placement import Placement, placement
+from layerfit.heuristics.search import largest_fitting
+from layerfit.heuristics.strategies.base import Strategy, can_hold_a_layer, no_candidate, rejection, room_for_layers
 from layerfit.heuristics.views import GpuView, WorkerView
 
 ACTION = Action.DISTRIBUTED
@@ -69,7 +72,7 @@ def search(ctx: Context) -> StrategyResult:
         return StrategyResult(found=found)
     top = max(combos) if combos else 0
     rpc = (pool[:top] if ctx.selection is None else remote) or pool[:1]
-    needed, reasons = rejection(ctx, ACTION, _placement(ctx, main, rpc, main_gpus), layer_range(ctx)[1])
+    _, reasons = rejection(ctx, ACTION, _placement(ctx, main, rpc, main_gpus), layer_range(ctx)[1])
     message = f"no combination of main worker {main.name} and up to {top} RPC servers fits"
     return StrategyResult(reasons=(*reasons, no_candidate(ACTION, message, worker=main.name)))
 
@@ -108,7 +111,18 @@ def _combinations(
                 f"which leaves {counts[0]} RPC servers (1 to {min(len(pool), cap)} possible)"
             )
             return {}, _failure(Level.INFO, ReasonKind.TENSOR_SPLIT_NOT_HONOURED, message)
-    return {count: combinations(pool, count) for count in counts}, None
+    return {count: _Combinations(pool, count) for count in counts}, None
+
+
+@dataclass(frozen=True)
+class _Combinations:
+    """``itertools.combinations`` that can be iterated more than once."""
+
+    pool: tuple[GpuView, ...]
+    size: int
+
+    def __iter__(self) -> Iterator[tuple[GpuView, ...]]:
+        return combinations(self.pool, self.size)
 
 
 def _selected_combination(ctx: Context, remote: tuple[GpuView, ...], cap: int) -> tuple[Combos, StrategyResult | None]:
@@ -172,17 +186,27 @@ def _no_main(ctx: Context) -> StrategyResult:
 def _search_combinations(
     ctx: Context, main: WorkerView, main_gpus: tuple[GpuView, ...], combos: Combos
 ) -> tuple[Verdict, ...]:
-    """The verdicts with the most layers, growing the server count until full offload."""
+    """GPUStack's result, found in two passes.
+
+    GPUStack grows the server count until a count reaches full offload (or, with
+    ``--gpu-layers``, any fit) and keeps the candidates with the most layers. So: first the
+    fewest servers whose combinations reach the most layers the deployment allows; only when no
+    count does (CPU offloading on) the most layers any combination holds, which does not depend
+    on the order the counts are visited in, so the largest counts go first and set a high bar.
+    """
     lo, hi = layer_range(ctx)
+    for count in sorted(combos):
+        reached = tuple(_fits(ctx, main, main_gpus, combos[count], hi, hi, rising=False))
+        if reached:
+            return reached
+    if lo == hi:
+        return ()
     best = lo
     found: list[Verdict] = []
-    main_vram = sum(gpu.vram_bytes for gpu in main_gpus)
-    for count in sorted(combos):
-        for verdict in _fits(ctx, main, main_gpus, combos[count], main_vram, best, hi):
+    for count in sorted(combos, reverse=True):
+        for verdict in _fits(ctx, main, main_gpus, combos[count], best, hi - 1, rising=True):
             found.append(verdict)
-            best = max(best, verdict.n_gpu_layers)
-        if found and (ctx.gpu_layers is not None or best == ctx.n_layers):
-            break
+            best = verdict.n_gpu_layers
     return tuple(verdict for verdict in found if verdict.n_gpu_layers == best)
 
 
@@ -191,20 +215,21 @@ def _fits(
     main: WorkerView,
     main_gpus: tuple[GpuView, ...],
     group: Iterable[tuple[GpuView, ...]],
-    main_vram: int,
     lo: int,
     hi: int,
+    *,
+    rising: bool,
 ) -> Iterator[Verdict]:
-    """Each combination's largest fit with at least ``lo`` layers; ``lo`` rises as fits are found."""
-    total = ctx.n_layers
+    """Each combination's most layers within ``lo..hi`` (``rising``: ``lo`` follows the best so far)."""
     for rpc in group:
-        most = ctx.evaluator.layers_within(main_vram + sum(gpu.vram_bytes for gpu in rpc), lo, hi)
+        most = ctx.evaluator.layers_within(room_for_layers(ctx, rpc + main_gpus), lo, hi)
         if most < lo:
             continue
         where = placement(main, rpc + main_gpus, ctx.tensor_split)
-        verdict = largest_fitting(partial(ctx.evaluate, where), lo, most, monotone=False, total=total)
+        verdict = largest_fitting(partial(ctx.evaluate, where), lo, most, monotone=False, hopeless=ctx.hopeless)
         if verdict is not None:
-            lo = verdict.n_gpu_layers
+            if rising:
+                lo = verdict.n_gpu_layers
             yield verdict
 
 

@@ -17,9 +17,16 @@ from itertools import combinations
 from layerfit.domain.plan import Reason, ReasonKind, StrategyClass
 from layerfit.heuristics import rules
 from layerfit.heuristics.context import Context, StrategyResult
-from layerfit.heuristics.evaluate import Placement, Verdict, placement
+from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, largest_worker, requirement, sentences
-from layerfit.heuristics.strategies.base import Strategy, can_hold_a_layer, rejection, tensor_split_devices
+from layerfit.heuristics.placement import Placement, placement
+from layerfit.heuristics.strategies.base import (
+    Strategy,
+    can_hold_a_layer,
+    rejection,
+    room_for_layers,
+    tensor_split_devices,
+)
 from layerfit.heuristics.views import GpuView, WorkerView
 
 ACTION = Action.MULTI_GPU
@@ -46,11 +53,11 @@ def device_groups(ctx: Context, worker: WorkerView) -> Iterator[Iterable[Devices
 
 def _worker_search(ctx: Context, worker: WorkerView) -> list[Verdict]:
     total = ctx.n_layers
-    floor = ctx.evaluator.layer_bytes(total)
+    layers = ctx.evaluator.layer_bytes(total)
     for group in device_groups(ctx, worker):
         found = []
         for devices in group:
-            if sum(gpu.vram_bytes for gpu in devices) < floor:
+            if room_for_layers(ctx, devices) < layers:
                 continue
             verdict = ctx.evaluate(placement(worker, devices, ctx.tensor_split), total)
             if verdict.fits:

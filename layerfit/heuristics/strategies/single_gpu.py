@@ -10,8 +10,8 @@ from __future__ import annotations
 from layerfit.domain.plan import StrategyClass
 from layerfit.heuristics import rules
 from layerfit.heuristics.context import Context, StrategyResult
-from layerfit.heuristics.evaluate import placement
 from layerfit.heuristics.notes import Action, Level, Note, gib, requirement, sentences
+from layerfit.heuristics.placement import placement
 from layerfit.heuristics.strategies.base import Strategy, rejection
 
 ACTION = Action.SINGLE_GPU

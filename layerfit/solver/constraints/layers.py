@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 
 from layerfit.domain.config import OffloadOrder
 from layerfit.solver.instance import Instance
-from layerfit.solver.variables import Variables
+from layerfit.solver.variables import Expr, Variables
 
 
 def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
@@ -42,7 +42,7 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
 
 
 def _contiguous(model: cp_model.CpModel, variables: Variables) -> None:
-    offset: cp_model.LinearExprT = variables.cpu_blocks
+    offset: Expr = variables.cpu_blocks
     for slot in variables.slots:
         model.add(slot.start == offset)
         offset = offset + slot.blocks

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from ortools.sat.python import cp_model
 
 from layerfit.solver.instance import Instance, SlotKind
@@ -21,7 +23,7 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         _slot_holds_one_gpu(model, instance, slot)
         _slot_worker_matches_role(model, variables, slot)
     for group in (variables.rpc, variables.local):
-        for earlier, later in zip(group, group[1:], strict=False):
+        for earlier, later in itertools.pairwise(group):
             model.add(earlier.used >= later.used)
     _class_counts(model, instance, variables)
     _workers_used(model, instance, variables)

@@ -1,7 +1,7 @@
 """Per-worker RAM, and the single pool of unified-memory workers.
 
-* The main worker's RAM: its fixed costs (a linear function of partial offload, the output layer
-  kept on the host and the absence of a main GPU) plus the host weights and KV of the kept blocks.
+* The main worker's RAM: its fixed costs (one host kind: partial offload, output layer on a GPU,
+  a main GPU present, several devices) plus the host weights and KV of the kept blocks.
 * Each rpc-server costs its worker a fixed amount of RAM.
 * A unified-memory worker's pool holds its RAM claim and its GPUs' VRAM claims together.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from layerfit.solver.constraints.lookup import lookup
 from layerfit.solver.instance import Instance
-from layerfit.solver.variables import Variables
+from layerfit.solver.variables import Expr, Variables
 
 
 def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
@@ -29,18 +30,24 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
             model.add(instance.costs.rpc_host * sum(servers) + sum(pool) <= view.ram_capacity)
 
 
-def _main_ram(model: cp_model.CpModel, instance: Instance, variables: Variables) -> cp_model.LinearExprT:
+def _main_ram(model: cp_model.CpModel, instance: Instance, variables: Variables) -> Expr:
     costs = instance.costs
-    host = costs.host
     if costs.uniform_host_block is not None:
-        kept: cp_model.LinearExprT = costs.uniform_host_block * variables.cpu_blocks
+        kept: Expr = costs.uniform_host_block * variables.cpu_blocks
     else:
         kept = model.new_int_var(0, costs.host_prefix_up[-1], "host_kept_blocks")
-        model.add_element(variables.cpu_blocks, costs.host_prefix_up, kept)
-    return (
-        host.base
-        + host.partial * variables.partial
-        + host.kept_output * (1 - variables.output_offloaded)
-        + host.no_main_gpu * (1 - variables.any_local)
-        + kept
-    )
+        lookup(model, variables.cpu_blocks, costs.host_prefix_up, kept, "host_kept")
+    _host_kind(model, variables)
+    fixed = sum(costs.host[kind] * chosen for kind, chosen in variables.host_kind.items())
+    return fixed + kept
+
+
+def _host_kind(model: cp_model.CpModel, variables: Variables) -> None:
+    """Exactly one host kind, agreeing with the switches it is made of."""
+    kinds = variables.host_kind
+    model.add_exactly_one(kinds.values())
+    model.add(sum(chosen for kind, chosen in kinds.items() if kind.partial) == variables.partial)
+    model.add(sum(chosen for kind, chosen in kinds.items() if kind.output_offloaded) == variables.output_offloaded)
+    model.add(sum(chosen for kind, chosen in kinds.items() if kind.main_gpu) == variables.any_local)
+    if any(kind.multi is not None for kind in kinds):
+        model.add(sum(chosen for kind, chosen in kinds.items() if kind.multi) == variables.multi)

@@ -11,17 +11,19 @@ Identical GPUs of one worker need no breaking: they are one class with a count.
 
 from __future__ import annotations
 
+import itertools
+
 from ortools.sat.python import cp_model
 
 from layerfit.solver.instance import Instance
-from layerfit.solver.variables import SlotVars, Variables
+from layerfit.solver.variables import Expr, SlotVars, Variables
 
 
 def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
     _twin_workers(model, instance, variables)
     if instance.uniform_blocks and instance.rules.tensor_split is None:
         for group in (variables.rpc, variables.local):
-            for earlier, later in zip(group, group[1:], strict=False):
+            for earlier, later in itertools.pairwise(group):
                 _class_order(model, earlier, later)
 
 
@@ -36,7 +38,7 @@ def _twin_workers(model: cp_model.CpModel, instance: Instance, variables: Variab
 
 
 def _class_order(model: cp_model.CpModel, earlier: SlotVars, later: SlotVars) -> None:
-    def class_index(slot: SlotVars) -> cp_model.LinearExprT:
+    def class_index(slot: SlotVars) -> Expr:
         return sum(c * assigned for c, assigned in slot.assign.items())
 
     model.add(class_index(earlier) <= class_index(later)).only_enforce_if([later.used, ~later.last])

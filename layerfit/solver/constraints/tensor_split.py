@@ -1,7 +1,7 @@
 """A user ``-ts``: the layout is what llama.cpp makes of the split over the layout's devices.
 
 The non-zero shares map, in device order, onto exactly that many devices. For each GPU-layer count
-the instance has the blocks llama.cpp gives each device; element constraints pick the row. A
+the instance has the blocks llama.cpp gives each device; table lookups pick the row. A
 local slot's place in the device order is the number of used RPC slots plus its position.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from layerfit.solver.constraints.lookup import lookup
 from layerfit.solver.instance import Instance, SlotKind
 from layerfit.solver.variables import Variables
 
@@ -22,9 +23,7 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         model.add_bool_or([])  # no GPU-layer count gives every device a valid share
         return
     model.add(sum(slot.used for slot in slots) == split.n_devices)
-    layers = model.new_int_var_from_domain(
-        cp_model.Domain.from_values(sorted(split.blocks_by_layers)), "split_layers"
-    )
+    layers = model.new_int_var_from_domain(cp_model.Domain.from_values(sorted(split.blocks_by_layers)), "split_layers")
     model.add(layers == variables.gpu_layers)
     width = len(slots)
     table = [0] * ((instance.n_layers + 1) * width)
@@ -34,5 +33,5 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
     for slot in slots:
         place = slot.position if slot.kind is SlotKind.RPC else rpc_used + slot.position
         share = model.new_int_var(0, instance.n_blocks, f"split_blocks_{slot.name}")
-        model.add_element(layers * width + place, table, share)
+        lookup(model, layers * width + place, table, share, f"split_{slot.name}")
         model.add(slot.blocks == share).only_enforce_if(slot.used)

@@ -1,0 +1,97 @@
+"""What llama.cpp does differently per architecture, as far as memory is concerned.
+
+Everything here mirrors llama.cpp's own per-architecture choices (``llama-model.cpp``): which
+layers use a sliding window, which architectures attend bidirectionally (no KV cache), which keep
+a recurrent state, which cache a compressed latent (MLA) instead of keys and values.
+"""
+
+from __future__ import annotations
+
+SWA_PERIOD: dict[str, int] = {
+    "gemma2": 2,
+    "gemma3": 6,
+    "gemma3n": 5,
+    "cohere2": 4,
+    "gpt-oss": 2,
+    "exaone4": 4,
+    "llama4": 4,
+}
+"""Sliding-window period: with period ``p`` layer ``il`` uses the window when ``il % p < p - 1``
+(period 0: every layer, period 1: none).
+
+Used when the file has a sliding window but no ``sliding_window_pattern`` key. Architectures not
+listed ignore the window (llama.cpp disables it for phi3 and never applies it to llama or qwen2).
+"""
+
+SWA_DEFAULT_WINDOW: dict[str, int] = {"gemma2": 4096, "llama4": 8192}
+"""Window llama.cpp assumes when the file does not say."""
+
+KNOWN_ARCHITECTURES = frozenset(
+    {
+        "llama",
+        "mistral3",
+        "qwen2",
+        "qwen2moe",
+        "qwen3",
+        "qwen3moe",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "phi3",
+        "command-r",
+        "cohere2",
+        "deepseek2",
+        "gpt-oss",
+        "granite",
+        "olmoe",
+        "mamba",
+        "mamba2",
+        "jamba",
+        "granitehybrid",
+        "falcon-h1",
+        "nemotron_h",
+        "bert",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "jina-bert-v2",
+        "modern-bert",
+        "neo-bert",
+        "exaone4",
+        "llama4",
+        "gemma3n",
+    }
+)
+"""Architectures whose memory rules are modelled; others get a generic estimate and a warning."""
+
+NON_CAUSAL = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "modern-bert", "neo-bert", "t5encoder"})
+"""Encoder-only architectures: bidirectional attention, no KV cache, whole inputs in one micro-batch."""
+
+RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+"""Every layer keeps a fixed-size recurrent state instead of a KV cache."""
+
+HYBRID = frozenset({"jamba", "granitehybrid", "nemotron_h"})
+"""Layers with ``head_count_kv == 0`` are recurrent, the others attend with a KV cache."""
+
+PARALLEL_HYBRID = frozenset({"falcon-h1"})
+"""Every layer has both an attention KV cache and a recurrent state."""
+
+RWKV = frozenset({"rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+
+MLA = frozenset({"deepseek2"})
+"""Multi-head latent attention: one K-only cache row of ``kv_lora_rank + rope_dim`` per token."""
+
+
+def swa_layers(
+    architecture: str, n_layers: int, window: int, pattern: int | tuple[bool, ...] | None
+) -> tuple[bool, ...]:
+    """Which layers use the sliding window."""
+    if window <= 0:
+        return (False,) * n_layers
+    if isinstance(pattern, tuple):
+        return tuple(bool(flag) for flag in pattern)
+    period = pattern if pattern is not None else SWA_PERIOD.get(architecture)
+    if period is None:
+        return (False,) * n_layers
+    if period == 0:
+        return (True,) * n_layers
+    return tuple(layer % period < period - 1 for layer in range(n_layers))

@@ -1,0 +1,132 @@
+"""Compute (graph) buffers: what llama.cpp's scheduler reserves per device for one micro-batch.
+
+llama.cpp sizes these buffers by allocating the worst-case graph, so they follow the peak of the
+tensors alive at once. The rules below were fitted to llama.cpp's own buffer sizes (CUDA on an
+H200, the CPU backend behind rpc-servers; see ``benchmarks/README_estimator.md``) in terms of a
+few activation sizes for one micro-batch of ``ub`` tokens:
+
+* ``E = n_embd * ub * 4`` (one hidden state), ``F3 = 3 * n_ff * ub * 4`` (gate, up and their
+  product), ``M`` the routed experts' activations, ``L = n_vocab * ub * 4`` (the logits);
+* ``m`` the attention masks (one per attention kind, ``n_kv * ub``, F16 with flash attention,
+  F32 without) and ``A`` the attention scores without flash attention (``n_kv * ub * n_head * 4``).
+
+Per device, with ``layer = m + M + max(6E + F3, 4E + A + QO)``:
+
+* the device holding the output layer: ``L + 4E + m + M`` (one device), ``L + 5E + 4m + M``
+  (pipeline parallelism over several devices, which keeps 4 copies of the inputs), ``L + 4E``
+  with layers left on the host (``L + E`` on the CPU backend);
+* other devices: ``layer`` plus ``E + 3m`` when several devices share a full offload, and
+  ``9E`` more on the first of them (it receives the token embeddings);
+* the host: ``4E + m`` (one device), ``10E + 4m`` (several); with layers on the host a GPU build
+  still offloads their large operations (``4E + m``), a CPU build computes them itself
+  (``m + M + max(7E + F3, 4E + A)``), and a CPU-only run computes the logits too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from layerfit.domain.profile import ComputeBuffer
+from layerfit.estimators.kv import CacheGeometry
+from layerfit.estimators.shape import ModelShape
+
+Backend = Literal["cuda", "cpu"]
+"""``cuda``: GPU devices (a GPU build offloads the host's large operations to them); ``cpu``: the
+CPU backend everywhere (a CPU build, rpc-servers running on CPUs)."""
+
+PIPELINE_COPIES = 4
+"""``GGML_SCHED_MAX_COPIES``: input copies kept when a full offload spans several devices."""
+F32 = 4
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Sizes of the tensors that dominate a micro-batch's graph, in bytes."""
+
+    embd: int
+    """``E``: one hidden state."""
+    ffn: int
+    """``F3``: the widest dense feed-forward's gate, up and product."""
+    moe: int
+    """``M``: routed experts' activations and router logits."""
+    mask: int
+    """``m``: the attention masks of one stream."""
+    attention: int
+    """``A + QO``: scores without flash attention, plus queries and attention output."""
+    logits: int
+    """``L``: the logits (0 for embedding runs)."""
+
+
+@dataclass(frozen=True)
+class ComputeEstimate:
+    """Compute buffers per device position, as the memory model charges them."""
+
+    device: ComputeBuffer
+    output: int
+    first_device: int
+    host: ComputeBuffer
+    host_output: int
+
+
+def activations(
+    shape: ModelShape, cache: CacheGeometry, *, n_ubatch: int, flash_attn: bool, logits: bool
+) -> Activations:
+    ub = n_ubatch
+    mask_kinds = _mask_cells(shape, cache, ub)
+    mask_bytes = 2 if flash_attn else F32
+    heads = shape.max_head_count
+    scores = 0 if flash_attn else max((cells * ub * heads * F32 for cells in mask_kinds), default=0)
+    head_width = shape.kv_lora_rank + shape.rope_dimension_count if shape.mla else shape.key_length
+    queries_and_output = heads * (head_width + shape.value_length) * ub * F32 if mask_kinds else 0
+    moe = 0
+    if shape.is_moe:
+        moe = (3 * shape.expert_feed_forward_length * shape.expert_used_count + shape.expert_count) * ub * F32
+    return Activations(
+        embd=shape.embedding_length * ub * F32,
+        ffn=3 * max(shape.ffn_width, default=0) * ub * F32,
+        moe=moe,
+        mask=sum(cells * ub * mask_bytes for cells in mask_kinds),
+        attention=scores + queries_and_output,
+        logits=shape.vocab_size * ub * F32 if logits else 0,
+    )
+
+
+def _mask_cells(shape: ModelShape, cache: CacheGeometry, ub: int) -> tuple[int, ...]:
+    """KV cells one attention mask spans, per kind of attention layer present."""
+    attends = [heads > 0 for heads in shape.head_count_kv]
+    if not shape.causal:
+        return (ub,) if any(attends) else ()
+    kinds: list[int] = []
+    if any(a and not swa for a, swa in zip(attends, shape.swa_layers, strict=True)):
+        kinds.append(cache.cells_per_stream)
+    if any(a and swa for a, swa in zip(attends, shape.swa_layers, strict=True)):
+        kinds.append(cache.swa_cells_per_stream(shape.sliding_window))
+    return tuple(kinds)
+
+
+def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
+    """Compute buffers of every device position and of the host, for the memory model."""
+    e, m = act.embd, act.mask
+    gpu = backend == "cuda"
+    layer_full = m + act.moe + max(6 * e + act.ffn, 4 * e + act.attention)
+    layer_multi = layer_full + e + (PIPELINE_COPIES - 1) * m
+    layer_partial = m + act.moe + max((6 if gpu else 3) * e + act.ffn, 4 * e + act.attention)
+    output_full = act.logits + 4 * e + m + act.moe
+    output_multi = act.logits + 5 * e + PIPELINE_COPIES * m + act.moe
+    output_partial = act.logits + (4 if gpu else 1) * e + m + act.moe
+    host_partial = 4 * e + m if gpu else m + act.moe + max(7 * e + act.ffn, 4 * e + act.attention)
+    cpu_only = m + act.moe + max(7 * e + act.ffn, 4 * e + act.attention, act.logits + 5 * e)
+    return ComputeEstimate(
+        device=ComputeBuffer(
+            full_offload_bytes=layer_full, partial_offload_bytes=layer_partial, multi_device_bytes=layer_multi
+        ),
+        output=max(output_full - layer_full, output_multi - layer_multi, output_partial - layer_partial, 0),
+        first_device=(2 * PIPELINE_COPIES + 1) * e,
+        host=ComputeBuffer(
+            full_offload_bytes=4 * e + m,
+            partial_offload_bytes=host_partial,
+            multi_device_bytes=(2 + 2 * PIPELINE_COPIES) * e + PIPELINE_COPIES * m,
+        ),
+        host_output=max(cpu_only - host_partial, 0),
+    )

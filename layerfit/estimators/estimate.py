@@ -1,0 +1,206 @@
+"""ModelShape + llama.cpp options -> MemoryProfile.
+
+Weights per block come from the tensor table; the KV cache from ``kv``; compute buffers from
+``compute``; the runtime's own costs (CUDA context and cuBLAS per process and GPU, host libraries)
+from ``RuntimeCosts``, measured defaults that callers may override.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from gguf import GGMLQuantizationType, Keys
+
+from layerfit.domain.base import Bytes, Frozen, MiB, PosInt
+from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.params import LlamaParams
+from layerfit.domain.profile import MemoryProfile, RoleCosts
+from layerfit.errors import EstimationError
+from layerfit.estimators import kv
+from layerfit.estimators.compute import Backend, activations, compute_buffers
+from layerfit.estimators.gguf_reader import MetaValue, read_header
+from layerfit.estimators.shape import ModelShape, read_gguf
+
+DEFAULT_UBATCH = 512
+DEFAULT_BATCH = 2048
+GPU_RUNTIME_BYTES = 715 * MiB
+"""Per-process cost on a GPU that llama.cpp's buffers do not show (CUDA context, cuBLAS
+workspace, pool): the largest ``unaccounted`` figure measured on an H200 (608–715 MiB)."""
+HOST_RUNTIME_BYTES = {"cuda": 384 * MiB, "cpu": 64 * MiB}
+"""RAM of a llama.cpp process besides its buffers (libraries, CUDA host allocations)."""
+VOCAB_ENTRY_BYTES = 96
+"""Host RAM per vocabulary entry for the tokenizer's tables."""
+
+
+class RuntimeCosts(Frozen):
+    """What the runtime itself costs, beyond what the model file determines."""
+
+    backend: Backend = "cuda"
+    """``cuda`` for GPU devices; ``cpu`` for a CPU build whose devices are rpc-servers on CPUs."""
+    gpu_fixed_bytes: Bytes | None = None
+    """Per process and device; default: 715 MiB with ``cuda``, 0 with ``cpu``."""
+    host_runtime_bytes: Bytes | None = None
+    """Main process RAM besides buffers; default: 384 MiB with ``cuda``, 64 MiB with ``cpu``."""
+    rpc_host_fixed_bytes: Bytes | None = None
+    """RAM of one rpc-server process; default: as ``host_runtime_bytes``."""
+    default_slots: PosInt = 4
+    """Sequences when ``--parallel`` is not given: llama-server's 4 auto slots sharing a unified KV
+    cache (use 1 for llama-completion/llama-cli)."""
+
+    @property
+    def gpu_fixed(self) -> int:
+        if self.gpu_fixed_bytes is not None:
+            return self.gpu_fixed_bytes
+        return GPU_RUNTIME_BYTES if self.backend == "cuda" else 0
+
+    @property
+    def host_runtime(self) -> int:
+        return self.host_runtime_bytes if self.host_runtime_bytes is not None else HOST_RUNTIME_BYTES[self.backend]
+
+    @property
+    def rpc_host_fixed(self) -> int:
+        return self.rpc_host_fixed_bytes if self.rpc_host_fixed_bytes is not None else self.host_runtime
+
+
+DEFAULT_RUNTIME = RuntimeCosts()
+
+
+class Settings(Frozen):
+    """The runtime options that shape memory, resolved from ``LlamaParams`` and the model."""
+
+    ctx: PosInt
+    n_seq: PosInt
+    unified_kv: bool
+    n_batch: PosInt
+    n_ubatch: PosInt
+    flash_attn: bool
+    type_k: GGMLQuantizationType
+    type_v: GGMLQuantizationType
+    embedding: bool
+    """An embedding or reranking run: no logits, and a whole input per micro-batch."""
+
+
+def resolve_settings(
+    shape: ModelShape, params: LlamaParams, kind: ModelKind, runtime: RuntimeCosts
+) -> tuple[Settings, tuple[str, ...]]:
+    """llama.cpp's effective settings for these options, and what could not be honoured exactly."""
+    warnings: list[str] = []
+    ctx = params.effective_ctx_size
+    if shape.context_length and ctx > shape.context_length:
+        warnings.append(f"ctx {ctx} exceeds the trained context {shape.context_length}")
+    embedding = kind in (ModelKind.EMBEDDING, ModelKind.RERANKER) or not shape.causal
+    n_batch = params.batch_size or (ctx if embedding else DEFAULT_BATCH)
+    n_ubatch = min(params.ubatch_size or (n_batch if embedding else DEFAULT_UBATCH), n_batch)
+    flash_attn = params.flash_attn != "off"
+    type_k = _cache_type(params.cache_type_k)
+    type_v = _cache_type(params.cache_type_v)
+    if not flash_attn and type_v not in (GGMLQuantizationType.F16, GGMLQuantizationType.F32, GGMLQuantizationType.BF16):
+        warnings.append(f"a quantized V cache ({params.cache_type_v}) needs flash attention: estimated as f16")
+        type_v = GGMLQuantizationType.F16
+    if kind is ModelKind.IMAGE:
+        warnings.append("image models are not estimated by llama.cpp's rules: treated as a language model")
+    n_seq = params.parallel or runtime.default_slots
+    settings = Settings(
+        ctx=ctx,
+        n_seq=n_seq,
+        unified_kv=params.parallel is None,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        flash_attn=flash_attn,
+        type_k=type_k,
+        type_v=type_v,
+        embedding=embedding,
+    )
+    return settings, tuple(warnings)
+
+
+def _cache_type(name: str) -> GGMLQuantizationType:
+    return GGMLQuantizationType[name.upper()]
+
+
+def estimate_profile(
+    model: str | os.PathLike[str] | ModelShape,
+    params: LlamaParams = LlamaParams(),
+    *,
+    kind: ModelKind = ModelKind.LLM,
+    runtime: RuntimeCosts = DEFAULT_RUNTIME,
+) -> MemoryProfile:
+    """Estimate what llama.cpp allocates for this model under these options."""
+    shape = model if isinstance(model, ModelShape) else read_gguf(os.fspath(model))
+    if shape.block_count == 0:
+        raise EstimationError(
+            shape.path, Keys.LLM.BLOCK_COUNT.format(arch=shape.architecture), "the model has no blocks"
+        )
+    settings, setting_warnings = resolve_settings(shape, params, kind, runtime)
+    cache = kv.geometry(settings.ctx, settings.n_seq, settings.unified_kv, settings.n_ubatch)
+    act = activations(
+        shape, cache, n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, logits=not settings.embedding
+    )
+    compute = compute_buffers(act, runtime.backend)
+    role = RoleCosts(fixed_bytes=runtime.gpu_fixed, compute=compute.device)
+    projector_bytes, projector_warnings = _projector(params, settings.flash_attn)
+    host_output = shape.host_output_layer_bytes
+    return MemoryProfile(
+        block_weight_bytes=shape.block_bytes,
+        block_kv_bytes=kv.block_kv_bytes(shape, cache, settings.type_k, settings.type_v),
+        output_weight_bytes=shape.output_layer_bytes,
+        host_output_weight_bytes=host_output if host_output != shape.output_layer_bytes else None,
+        token_embedding_bytes=shape.input_bytes,
+        main=role,
+        local=role,
+        rpc=role,
+        host_fixed_bytes=_host_fixed(shape, settings, runtime),
+        host_compute=compute.host,
+        rpc_host_fixed_bytes=runtime.rpc_host_fixed,
+        extra_main_gpu_bytes=projector_bytes,
+        output_compute_bytes=compute.output,
+        first_device_compute_bytes=compute.first_device,
+        host_output_compute_bytes=compute.host_output,
+        warnings=(*shape.warnings, *setting_warnings, *projector_warnings),
+    )
+
+
+def output_buffer_bytes(shape: ModelShape, settings: Settings) -> int:
+    """llama.cpp's host output buffer: logits (or embeddings) for one token per sequence."""
+    per_output = shape.embedding_length if settings.embedding else shape.vocab_size
+    return per_output * 4 * settings.n_seq
+
+
+def _host_fixed(shape: ModelShape, settings: Settings, runtime: RuntimeCosts) -> int:
+    tokenizer = shape.header_bytes + shape.vocab_size * VOCAB_ENTRY_BYTES
+    return output_buffer_bytes(shape, settings) + tokenizer + runtime.host_runtime
+
+
+def _projector(params: LlamaParams, flash_attn: bool) -> tuple[int, tuple[str, ...]]:
+    """Weights and compute of a multimodal projector (``--mmproj``), held by the main GPU."""
+    if params.mmproj is None:
+        return 0, ()
+    header = read_header(params.mmproj)
+    meta = header.metadata
+    image_size = _meta_int(meta, Keys.ClipVision.IMAGE_SIZE)
+    patch_size = _meta_int(meta, Keys.ClipVision.PATCH_SIZE)
+    width = _meta_int(meta, Keys.ClipVision.EMBEDDING_LENGTH)
+    heads = _meta_int(meta, Keys.ClipVision.Attention.HEAD_COUNT)
+    if not (image_size and patch_size and width):
+        return header.tensor_bytes, (f"projector {params.mmproj}: no vision image/patch size, compute not estimated",)
+    patches = (image_size // patch_size) ** 2
+    scores = patches * patches * (2 if flash_attn else heads * 4)
+    compute = patches * width * 4 * 8 + scores
+    return header.tensor_bytes + compute, (
+        f"projector {params.mmproj}: compute approximated from image size {image_size}",
+    )
+
+
+def _meta_int(meta: Mapping[str, MetaValue], key: str) -> int:
+    value = meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def profile_for(deployment: Deployment, runtime: RuntimeCosts = DEFAULT_RUNTIME) -> MemoryProfile:
+    """The deployment's own profile if it has one, else an estimate from its GGUF file."""
+    if deployment.profile is not None:
+        return deployment.profile
+    if deployment.gguf_path is None:
+        raise EstimationError(f"deployment[{deployment.name}]", "gguf_path", "no profile and no GGUF file to estimate")
+    return estimate_profile(deployment.gguf_path, deployment.params, kind=deployment.kind, runtime=runtime)

@@ -1,0 +1,112 @@
+"""KV cache and recurrent state per block, as llama.cpp allocates them.
+
+* Context cells are padded to 256. With several sequences and no unified cache, each of the
+  ``n_seq`` streams gets ``n_ctx / n_seq`` cells; the total stays ``n_ctx``.
+* Full-attention layers cache ``n_ctx`` cells; sliding-window layers
+  ``pad256(min(n_ctx, window * n_seq + n_ubatch))`` (unified) or, per stream,
+  ``pad256(min(n_ctx / n_seq, window + n_ubatch))``.
+* A cell of a layer holds ``n_head_kv * key_length`` keys and ``n_head_kv * value_length`` values
+  in the cache types (quantized types in blocks of 32); MLA layers hold one K-only latent row of
+  ``kv_lora_rank + rope_dim``.
+* Recurrent layers keep a float32 state per sequence, whatever the context.
+* Encoder-only models keep no cache; layers that share another layer's cache keep none either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from layerfit.estimators import architectures as arch_rules
+from layerfit.estimators.shape import ModelShape
+
+CTX_PAD = 256
+STATE_BYTES = 4
+"""Recurrent states are float32."""
+
+
+def pad(value: int, multiple: int = CTX_PAD) -> int:
+    return -(-value // multiple) * multiple
+
+
+def row_bytes(ggml_type: GGMLQuantizationType, n_elements: int) -> int:
+    """Bytes of ``n_elements`` values of ``ggml_type`` (whole blocks)."""
+    block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+    return -(-n_elements // block_size) * type_size
+
+
+@dataclass(frozen=True)
+class CacheGeometry:
+    """How many cells each kind of layer caches, and for how many sequences."""
+
+    n_ctx: int
+    """Padded context: the cells of a full-attention layer, all streams together."""
+    n_seq: int
+    unified: bool
+    n_ubatch: int
+
+    @property
+    def streams(self) -> int:
+        return 1 if self.unified else self.n_seq
+
+    @property
+    def cells_per_stream(self) -> int:
+        return self.n_ctx // self.streams
+
+    @property
+    def full_cells(self) -> int:
+        return self.cells_per_stream * self.streams
+
+    def swa_cells(self, window: int) -> int:
+        if self.unified:
+            return pad(min(self.n_ctx, window * self.n_seq + self.n_ubatch))
+        return self.streams * pad(min(self.cells_per_stream, window + self.n_ubatch))
+
+    def swa_cells_per_stream(self, window: int) -> int:
+        return self.swa_cells(window) // self.streams
+
+
+def geometry(ctx: int, n_seq: int, unified: bool, n_ubatch: int) -> CacheGeometry:
+    return CacheGeometry(n_ctx=pad(ctx), n_seq=n_seq, unified=unified or n_seq == 1, n_ubatch=n_ubatch)
+
+
+def block_kv_bytes(
+    shape: ModelShape,
+    cache: CacheGeometry,
+    type_k: GGMLQuantizationType,
+    type_v: GGMLQuantizationType,
+) -> tuple[int, ...]:
+    """KV cache plus recurrent state of every block."""
+    return tuple(
+        _attention_bytes(shape, layer, cache, type_k, type_v) + _state_bytes(shape, layer, cache.n_seq)
+        for layer in range(shape.block_count)
+    )
+
+
+def _attention_bytes(
+    shape: ModelShape, layer: int, cache: CacheGeometry, type_k: GGMLQuantizationType, type_v: GGMLQuantizationType
+) -> int:
+    heads_kv = shape.head_count_kv[layer]
+    if not shape.causal or heads_kv == 0 or layer >= shape.block_count - shape.shared_kv_layers:
+        return 0
+    swa = shape.swa_layers[layer]
+    cells = cache.swa_cells(shape.sliding_window) if swa else cache.full_cells
+    if shape.mla:
+        return row_bytes(type_k, shape.kv_lora_rank + shape.rope_dimension_count) * cells
+    key_length = (shape.key_length_swa if swa else None) or shape.key_length
+    value_length = (shape.value_length_swa if swa else None) or shape.value_length
+    return (row_bytes(type_k, heads_kv * key_length) + row_bytes(type_v, heads_kv * value_length)) * cells
+
+
+def _state_bytes(shape: ModelShape, layer: int, n_seq: int) -> int:
+    if not shape.recurrent_layers[layer]:
+        return 0
+    if shape.architecture in arch_rules.RWKV:
+        per_seq = shape.token_shift_count * shape.embedding_length + shape.embedding_length * shape.wkv_head_size
+    else:
+        conv = max(shape.ssm_conv_kernel - 1, 0) * (
+            shape.ssm_inner_size + 2 * shape.ssm_group_count * shape.ssm_state_size
+        )
+        per_seq = conv + shape.ssm_state_size * shape.ssm_inner_size
+    return per_seq * STATE_BYTES * max(n_seq, 1)

@@ -1,0 +1,404 @@
+"""ModelShape: what a GGUF header says about a model's memory, independent of runtime options.
+
+Built from a ``GgufHeader``: hyperparameters from the metadata (per layer where the file gives
+arrays), weights per block from the tensor table, and the tensors the host and the output layer
+hold. Missing or mistyped required keys raise ``EstimationError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Self
+
+from gguf import Keys
+from pydantic import model_validator
+
+from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.errors import EstimationError
+from layerfit.estimators import architectures as arch_rules
+from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, MetaValue, TensorInfo, read_header
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+_OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.")
+POOLING_RANK = 4
+"""``pooling_type`` of rerankers."""
+
+
+class ModelShape(Frozen):
+    """The memory-relevant shape of one model file. Per-layer tuples have ``block_count`` entries."""
+
+    path: str
+    files: tuple[str, ...]
+    architecture: str
+    name: str | None = None
+    file_type: int | None = None
+    block_count: NonNegInt
+    embedding_length: NonNegInt
+    context_length: NonNegInt | None = None
+    vocab_size: NonNegInt
+    head_count: tuple[NonNegInt, ...]
+    head_count_kv: tuple[NonNegInt, ...]
+    """0 in a layer without KV cache (recurrent or convolution layers)."""
+    key_length: NonNegInt
+    value_length: NonNegInt
+    key_length_swa: NonNegInt | None = None
+    value_length_swa: NonNegInt | None = None
+    sliding_window: NonNegInt = 0
+    swa_layers: tuple[bool, ...]
+    mla: bool = False
+    """Multi-head latent attention: the cache keeps one row of ``kv_lora_rank + rope_dimension_count``."""
+    kv_lora_rank: NonNegInt = 0
+    rope_dimension_count: NonNegInt = 0
+    expert_count: NonNegInt = 0
+    expert_used_count: NonNegInt = 0
+    expert_shared_count: NonNegInt = 0
+    expert_feed_forward_length: NonNegInt = 0
+    leading_dense_block_count: NonNegInt = 0
+    ffn_width: tuple[NonNegInt, ...]
+    """Width of each block's dense feed-forward (shared experts included); 0 for pure MoE blocks."""
+    recurrent_layers: tuple[bool, ...]
+    ssm_conv_kernel: NonNegInt = 0
+    ssm_inner_size: NonNegInt = 0
+    ssm_state_size: NonNegInt = 0
+    ssm_group_count: NonNegInt = 0
+    wkv_head_size: NonNegInt = 0
+    token_shift_count: NonNegInt = 0
+    shared_kv_layers: NonNegInt = 0
+    """Trailing layers that reuse an earlier layer's KV cache (gemma3n)."""
+    causal: bool = True
+    reranker: bool = False
+    pooling_type: int | None = None
+    block_bytes: tuple[NonNegInt, ...]
+    block_expert_bytes: tuple[NonNegInt, ...]
+    """Bytes of the routed-expert tensors (``*_exps``) inside each block."""
+    token_embd_bytes: NonNegInt
+    input_bytes: NonNegInt
+    """Tensors that always stay on the host: token embedding, position/type embeddings, rope factors."""
+    output_weight_bytes: NonNegInt = 0
+    """``output.weight`` (0 when absent)."""
+    output_extra_bytes: NonNegInt = 0
+    """Output norm, output bias and classifier head."""
+    tied_embeddings: bool = False
+    """No ``output.weight``: llama.cpp copies the token embedding as the output projection."""
+    tensor_count: NonNegInt
+    tensor_bytes: NonNegInt
+    file_bytes: NonNegInt
+    header_bytes: NonNegInt
+    """Metadata, tokenizer and tensor table: everything but tensor data."""
+    warnings: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _per_layer_lengths(self) -> Self:
+        n = self.block_count
+        for field in (
+            "head_count",
+            "head_count_kv",
+            "swa_layers",
+            "ffn_width",
+            "recurrent_layers",
+            "block_bytes",
+            "block_expert_bytes",
+        ):
+            if len(getattr(self, field)) != n:
+                raise EstimationError(self.path, field, f"has {len(getattr(self, field))} entries for {n} blocks")
+        return self
+
+    @property
+    def output_layer_bytes(self) -> int:
+        """What the device holding the output layer stores: projection (or embedding copy) and norms."""
+        projection = self.token_embd_bytes if self.tied_embeddings else self.output_weight_bytes
+        return projection + self.output_extra_bytes
+
+    @property
+    def host_output_layer_bytes(self) -> int:
+        """RAM of the output layer when it stays on the host (a tied embedding is not copied there)."""
+        return self.output_layer_bytes - (self.token_embd_bytes if self.tied_embeddings else 0)
+
+    @property
+    def max_head_count(self) -> int:
+        return max(self.head_count, default=0)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.expert_count > 0 and self.expert_used_count > 0
+
+    @property
+    def known_architecture(self) -> bool:
+        return self.architecture in arch_rules.KNOWN_ARCHITECTURES
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed metadata access
+# ---------------------------------------------------------------------------------------------
+
+
+class _Meta:
+    """Typed reads of metadata keys; a wrong type raises ``EstimationError`` naming the key."""
+
+    def __init__(self, path: str, metadata: Mapping[str, MetaValue], arch: str) -> None:
+        self.path = path
+        self.metadata = metadata
+        self.arch = arch
+
+    def key(self, template: str) -> str:
+        return template.format(arch=self.arch)
+
+    def has(self, template: str) -> bool:
+        return self.key(template) in self.metadata
+
+    def integer(self, template: str, default: int | None = None) -> int:
+        key = self.key(template)
+        value = self.metadata.get(key)
+        if value is None:
+            if default is None:
+                raise EstimationError(self.path, key, "required key missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise EstimationError(self.path, key, f"expected an integer, got {_describe(value)}")
+        if value < 0:
+            raise EstimationError(self.path, key, f"expected a non-negative integer, got {value}")
+        return value
+
+    def flag(self, template: str, default: bool) -> bool:
+        key = self.key(template)
+        value = self.metadata.get(key, default)
+        if not isinstance(value, bool | int):
+            raise EstimationError(self.path, key, f"expected a boolean, got {_describe(value)}")
+        return bool(value)
+
+    def text(self, template: str) -> str | None:
+        value = self.metadata.get(self.key(template))
+        return value if isinstance(value, str) else None
+
+    def per_layer(self, template: str, n: int, default: int | None) -> tuple[int, ...]:
+        """A scalar broadcast to every layer, or an array with one value per layer."""
+        key = self.key(template)
+        value = self.metadata.get(key)
+        if isinstance(value, tuple):
+            if len(value) != n:
+                raise EstimationError(self.path, key, f"has {len(value)} entries for {n} blocks")
+            if not all(isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value):
+                raise EstimationError(self.path, key, "expected non-negative integers")
+            return tuple(int(item) for item in value)
+        if isinstance(value, ArrayInfo):
+            raise EstimationError(self.path, key, f"array of {value.length} entries for {n} blocks")
+        return (self.integer(template, default),) * n
+
+    def pattern(self, template: str) -> int | tuple[bool, ...] | None:
+        key = self.key(template)
+        value = self.metadata.get(key)
+        if value is None:
+            return None
+        if isinstance(value, tuple):
+            return tuple(bool(item) for item in value)
+        if isinstance(value, int):
+            return int(value)
+        raise EstimationError(self.path, key, f"expected a period or one flag per layer, got {_describe(value)}")
+
+
+def _describe(value: MetaValue) -> str:
+    if isinstance(value, ArrayInfo):
+        return f"an array of {value.length} {value.item_type.name} items"
+    return f"{type(value).__name__} {value!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor table
+# ---------------------------------------------------------------------------------------------
+
+
+class _Tensors:
+    """The tensor table grouped into blocks, host-side inputs and the output layer."""
+
+    def __init__(self, tensors: tuple[TensorInfo, ...], n_blocks: int) -> None:
+        self.blocks: list[dict[str, TensorInfo]] = [{} for _ in range(n_blocks)]
+        self.inputs: dict[str, TensorInfo] = {}
+        self.outputs: dict[str, TensorInfo] = {}
+        self.stray: list[str] = []
+        for tensor in tensors:
+            match = _BLOCK.match(tensor.name)
+            if match is not None:
+                index = int(match[1])
+                if index < n_blocks:
+                    self.blocks[index][tensor.name[match.end() :]] = tensor
+                    continue
+                self.stray.append(tensor.name)
+                self.inputs[tensor.name] = tensor
+            elif tensor.name.startswith(_OUTPUT_PREFIXES):
+                self.outputs[tensor.name] = tensor
+            else:
+                self.inputs[tensor.name] = tensor
+
+    def block_bytes(self) -> tuple[int, ...]:
+        return tuple(sum(t.n_bytes for t in block.values()) for block in self.blocks)
+
+    def expert_bytes(self) -> tuple[int, ...]:
+        return tuple(sum(t.n_bytes for name, t in block.items() if "_exps." in name) for block in self.blocks)
+
+    def dim(self, block: int, name: str, axis: int) -> int:
+        tensor = self.blocks[block].get(name) if block < len(self.blocks) else None
+        return tensor.shape[axis] if tensor is not None and len(tensor.shape) > axis else 0
+
+    def ffn_width(self, block: int) -> int:
+        dense = self.dim(block, "ffn_up.weight", 1) or self.dim(block, "ffn_gate.weight", 1)
+        return dense + self.dim(block, "ffn_up_shexp.weight", 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Header -> shape
+# ---------------------------------------------------------------------------------------------
+
+
+def read_gguf(path: str, allow_missing_data: bool = True) -> ModelShape:
+    """Read a GGUF file's header and tensor table and describe the model's shape."""
+    return shape_from_header(read_header(path, allow_missing_data))
+
+
+def shape_from_header(header: GgufHeader) -> ModelShape:
+    arch = header.architecture
+    meta = _Meta(header.path, header.metadata, arch)
+    warnings: list[str] = []
+    if arch not in arch_rules.KNOWN_ARCHITECTURES:
+        warnings.append(f"architecture {arch!r} is not modelled: generic estimate from tensor sizes and head counts")
+    n = meta.integer(Keys.LLM.BLOCK_COUNT)
+    if n > len(header.tensors):
+        raise EstimationError(
+            header.path,
+            meta.key(Keys.LLM.BLOCK_COUNT),
+            f"{n} blocks, but the file has only {len(header.tensors)} tensors",
+        )
+    n_embd = meta.integer(Keys.LLM.EMBEDDING_LENGTH)
+    tensors = _Tensors(header.tensors, n)
+    if tensors.stray:
+        warnings.append(f"{len(tensors.stray)} tensors name blocks beyond block_count {n}; kept on the host")
+    recurrent = _recurrent_layers(meta, arch, n)
+    heads, heads_kv, key_length, value_length = _attention(meta, tensors, arch, n, n_embd, recurrent, warnings)
+    window = meta.integer(Keys.Attention.SLIDING_WINDOW, arch_rules.SWA_DEFAULT_WINDOW.get(arch, 0))
+    swa = arch_rules.swa_layers(arch, n, window, meta.pattern(Keys.Attention.SLIDING_WINDOW_PATTERN))
+    if len(swa) != n:
+        raise EstimationError(
+            header.path, meta.key(Keys.Attention.SLIDING_WINDOW_PATTERN), f"has {len(swa)} entries for {n} blocks"
+        )
+    kv_lora_rank = meta.integer(Keys.Attention.KV_LORA_RANK, 0)
+    causal = arch not in arch_rules.NON_CAUSAL and meta.flag(Keys.Attention.CAUSAL, True)
+    pooling = meta.integer(Keys.LLM.POOLING_TYPE, 0) if meta.has(Keys.LLM.POOLING_TYPE) else None
+    output_weight = tensors.outputs.get("output.weight")
+    token_embd = tensors.inputs.get("token_embd.weight")
+    tied = output_weight is None and token_embd is not None and causal
+    output_extra = sum(t.n_bytes for name, t in tensors.outputs.items() if name != "output.weight")
+    return ModelShape(
+        path=header.path,
+        files=header.files,
+        architecture=arch,
+        name=meta.text(Keys.General.NAME),
+        file_type=meta.integer(Keys.General.FILE_TYPE, 0) if meta.has(Keys.General.FILE_TYPE) else None,
+        block_count=n,
+        embedding_length=n_embd,
+        context_length=meta.integer(Keys.LLM.CONTEXT_LENGTH, 0) or None,
+        vocab_size=_vocab_size(meta, token_embd, output_weight),
+        head_count=heads,
+        head_count_kv=heads_kv,
+        key_length=key_length,
+        value_length=value_length,
+        key_length_swa=meta.integer(Keys.Attention.KEY_LENGTH_SWA, 0) or None,
+        value_length_swa=meta.integer(Keys.Attention.VALUE_LENGTH_SWA, 0) or None,
+        sliding_window=window if any(swa) else 0,
+        swa_layers=swa,
+        mla=arch in arch_rules.MLA and kv_lora_rank > 0,
+        kv_lora_rank=kv_lora_rank,
+        rope_dimension_count=meta.integer(Keys.Rope.DIMENSION_COUNT, 0),
+        expert_count=meta.integer(Keys.LLM.EXPERT_COUNT, 0),
+        expert_used_count=meta.integer(Keys.LLM.EXPERT_USED_COUNT, 0),
+        expert_shared_count=meta.integer(Keys.LLM.EXPERT_SHARED_COUNT, 0),
+        expert_feed_forward_length=meta.integer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 0)
+        or max((tensors.dim(i, "ffn_up_exps.weight", 1) for i in range(n)), default=0),
+        leading_dense_block_count=meta.integer(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),
+        ffn_width=tuple(tensors.ffn_width(i) for i in range(n)),
+        recurrent_layers=recurrent,
+        ssm_conv_kernel=meta.integer(Keys.SSM.CONV_KERNEL, 0),
+        ssm_inner_size=meta.integer(Keys.SSM.INNER_SIZE, 0),
+        ssm_state_size=meta.integer(Keys.SSM.STATE_SIZE, 0),
+        ssm_group_count=meta.integer(Keys.SSM.GROUP_COUNT, 0),
+        wkv_head_size=meta.integer(Keys.WKV.HEAD_SIZE, 0),
+        token_shift_count=meta.integer(Keys.LLM.TOKEN_SHIFT_COUNT, 0),
+        shared_kv_layers=meta.integer(Keys.Attention.SHARED_KV_LAYERS, 0),
+        causal=causal,
+        reranker=any(name.startswith("cls.") for name in tensors.outputs) or pooling == POOLING_RANK,
+        pooling_type=pooling,
+        block_bytes=tensors.block_bytes(),
+        block_expert_bytes=tensors.expert_bytes(),
+        token_embd_bytes=token_embd.n_bytes if token_embd is not None else 0,
+        input_bytes=sum(t.n_bytes for t in tensors.inputs.values()),
+        output_weight_bytes=output_weight.n_bytes if output_weight is not None else 0,
+        output_extra_bytes=output_extra,
+        tied_embeddings=tied,
+        tensor_count=len(header.tensors),
+        tensor_bytes=header.tensor_bytes,
+        file_bytes=header.file_bytes,
+        header_bytes=header.header_bytes,
+        warnings=tuple(warnings),
+    )
+
+
+def _recurrent_layers(meta: _Meta, arch: str, n: int) -> tuple[bool, ...]:
+    if arch in arch_rules.RECURRENT or arch in arch_rules.PARALLEL_HYBRID:
+        return (True,) * n
+    interval = meta.integer(Keys.LLM.FULL_ATTENTION_INTERVAL, 0)
+    if interval:
+        return tuple((layer + 1) % interval != 0 for layer in range(n))
+    if arch in arch_rules.HYBRID:
+        heads_kv = meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n, 0)
+        return tuple(h == 0 for h in heads_kv)
+    return (False,) * n
+
+
+def _attention(
+    meta: _Meta, tensors: _Tensors, arch: str, n: int, n_embd: int, recurrent: tuple[bool, ...], warnings: list[str]
+) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    """Heads and KV heads per layer, key and value lengths."""
+    if not meta.has(Keys.Attention.HEAD_COUNT):
+        if arch in arch_rules.RECURRENT:
+            return (0,) * n, (0,) * n, 0, 0
+        return _attention_from_tensors(meta, tensors, n, n_embd, warnings)
+    heads = meta.per_layer(Keys.Attention.HEAD_COUNT, n, None)
+    heads_kv = meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n, -1) if meta.has(Keys.Attention.HEAD_COUNT_KV) else heads
+    if arch in arch_rules.RECURRENT:
+        heads_kv = (0,) * n
+    elif arch in arch_rules.HYBRID or meta.has(Keys.LLM.FULL_ATTENTION_INTERVAL):
+        heads_kv = tuple(0 if is_recurrent else h for h, is_recurrent in zip(heads_kv, recurrent, strict=True))
+    first_heads = next((h for h in heads if h), 0)
+    default_length = n_embd // first_heads if first_heads else 0
+    key_length = meta.integer(Keys.Attention.KEY_LENGTH, default_length)
+    value_length = meta.integer(Keys.Attention.VALUE_LENGTH, default_length)
+    return heads, heads_kv, key_length, value_length
+
+
+def _attention_from_tensors(
+    meta: _Meta, tensors: _Tensors, n: int, n_embd: int, warnings: list[str]
+) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    """No head counts in the file: size the KV cache from the key and value projections."""
+    key_width = max((tensors.dim(i, "attn_k.weight", 1) for i in range(n)), default=0)
+    value_width = max((tensors.dim(i, "attn_v.weight", 1) for i in range(n)), default=0)
+    query_width = max((tensors.dim(i, "attn_q.weight", 1) for i in range(n)), default=0)
+    if key_width == 0:
+        warnings.append(f"{meta.key(Keys.Attention.HEAD_COUNT)} missing and no attn_k tensors: no KV cache estimated")
+        return (0,) * n, (0,) * n, 0, 0
+    warnings.append(f"{meta.key(Keys.Attention.HEAD_COUNT)} missing: KV cache sized from the attn_k/attn_v tensors")
+    heads_kv = tuple(1 if tensors.dim(i, "attn_k.weight", 1) else 0 for i in range(n))
+    heads = max(1, query_width // key_width) if query_width else max(1, n_embd // 128)
+    return (heads,) * n, heads_kv, key_width, value_width or key_width
+
+
+def _vocab_size(meta: _Meta, token_embd: TensorInfo | None, output: TensorInfo | None) -> int:
+    if meta.has(Keys.LLM.VOCAB_SIZE):
+        return meta.integer(Keys.LLM.VOCAB_SIZE)
+    tokens = meta.metadata.get(Keys.Tokenizer.LIST)
+    if isinstance(tokens, ArrayInfo):
+        return tokens.length
+    if isinstance(tokens, tuple):
+        return len(tokens)
+    for tensor in (output, token_embd):
+        if tensor is not None and len(tensor.shape) >= 2:
+            return tensor.shape[1]
+    return 0

@@ -1,0 +1,120 @@
+"""One CP-SAT call on a built model: parameters, status, solution, hints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+from ortools.sat.python import cp_model_helper as cmh
+
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.layout import Layout
+from layerfit.errors import SolverError
+from layerfit.solver.build import BuiltModel
+from layerfit.solver.canonical import canonical_layout
+from layerfit.solver.decode import decision_values, decode
+from layerfit.solver.variables import Expr
+
+
+@dataclass(frozen=True)
+class Run:
+    """One CP-SAT call: its status, solution (every variable, by index) and objective figures."""
+
+    status: cp_model.CpSolverStatus
+    solution: tuple[int, ...]
+    objective: float
+    bound: float
+    wall_time_s: float
+
+    @property
+    def found(self) -> bool:
+        return self.status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+    @property
+    def proven(self) -> bool:
+        """OPTIMAL, or INFEASIBLE: the answer holds for the whole model."""
+        return self.status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+
+    def value(self, expression: Expr) -> int:
+        """A linear expression's value in this run's solution."""
+        if isinstance(expression, int):
+            return expression
+        flat = cmh.FlatIntExpr(expression)
+        return int(
+            flat.offset + sum(c * self.solution[var.index] for var, c in zip(flat.vars, flat.coeffs, strict=True))
+        )
+
+    def layout(self, built: BuiltModel) -> Layout:
+        return decode(built.instance, built.variables, lambda var: self.solution[var.index])
+
+
+NOT_RUN = Run(status=cp_model.UNKNOWN, solution=(), objective=0.0, bound=0.0, wall_time_s=0.0)
+
+
+def solver_for(config: PlannerConfig, time_limit_s: float) -> cp_model.CpSolver:
+    """A CP-SAT solver with the configured workers and seed.
+
+    Linearization level 2 puts every constraint into the LP relaxation: the GPU and worker counts
+    get useful bounds, which multi-worker layouts on large clusters need to be proven optimal.
+    """
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = config.num_search_workers
+    solver.parameters.random_seed = config.seed
+    solver.parameters.linearization_level = 2
+    return solver
+
+
+def run(built: BuiltModel, config: PlannerConfig, time_limit_s: float) -> Run:
+    """Solve the model as it stands; ``SolverError`` naming the deployment if CP-SAT fails."""
+    if time_limit_s <= 0:
+        return NOT_RUN
+    solver = solver_for(config, time_limit_s)
+    try:
+        status = solver.solve(built.model)
+    except Exception as exc:  # CP-SAT reports internal failures as plain exceptions
+        raise SolverError(f"deployment {built.instance.deployment}: CP-SAT failed: {exc}") from exc
+    if status == cp_model.MODEL_INVALID:
+        problem = built.model.validate() or "model invalid"
+        raise SolverError(f"deployment {built.instance.deployment}: invalid CP-SAT model: {problem}")
+    response = solver.response_proto
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    return Run(
+        status=status,
+        solution=tuple(response.solution) if found else (),
+        objective=response.objective_value if found else 0.0,
+        bound=response.best_objective_bound,
+        wall_time_s=response.wall_time,
+    )
+
+
+def set_full_hint(model: cp_model.CpModel, solution: Sequence[int]) -> None:
+    """Hint every variable of the model with a previous solution of the same model."""
+    model.proto.clear_solution_hint()
+    hint = model.proto.solution_hint
+    for index, value in enumerate(solution):
+        hint.vars.append(index)
+        hint.values.append(value)
+
+
+def hint_layout(built: BuiltModel, layout: Layout, config: PlannerConfig, time_limit_s: float) -> str:
+    """Hint every variable from a layout: fix its decisions in a copy, solve, copy every value.
+
+    Returns how it went: ``accepted``, ``outside-model`` (a GPU or role the model has no room
+    for), ``rejected`` (the model proves the layout invalid) or ``incomplete`` (no time).
+    """
+    canonical = canonical_layout(built.instance, layout) if built.symmetry_broken else layout
+    values = decision_values(built.instance, built.variables, canonical)
+    if values is None:
+        return "outside-model"
+    trial = built.model.clone()
+    trial.proto.clear_objective()
+    for var, value in values.items():
+        trial.add(trial.get_int_var_from_proto_index(var.index) == value)
+    solver = solver_for(config, max(time_limit_s, 0.01))
+    status = solver.solve(trial)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return "rejected" if status == cp_model.INFEASIBLE else "incomplete"
+    set_full_hint(built.model, tuple(solver.response_proto.solution))
+    return "accepted"

@@ -1,0 +1,365 @@
+"""Solving one deployment: which models to solve, in which order, and what the answer is.
+
+The tiers are decided in this order:
+
+1. **Single worker, growing GPU count.** For ``k = 1, 2, ...`` GPUs, a small model restricted to
+   one worker (no RPC slot, ``k`` local slots) asks for the layer ceiling (every layer, or the
+   user's ``-ngl``) on exactly ``k`` GPUs and minimises the tie-break. Workers whose GPUs cannot
+   reach the ceiling on ``k`` GPUs (a capacity bound, see ``bounds``) are left out of that model.
+   The first ``k`` with a solution is optimal on every strict tier: no layout has more layers, one
+   worker is the fewest, and every smaller ``k`` was proven impossible. This is GPUStack's order
+   (single GPU, then several GPUs of one worker), but each step is an exact search.
+2. **General model.** Otherwise (partial offload, RPC servers needed, ``-ts``), the full model
+   maximises the weighted strict tiers from the heuristic's layout as a complete hint; then a
+   model restricted to that many GPUs and workers, with the tiers fixed, minimises the tie-break.
+3. **Alternatives.** On the final model, each re-solve excludes the GPU sets (with their main
+   worker) already returned.
+
+Every decoded layout is checked again in bytes with ``layerfit.check``; a violation is a bug and
+raises ``SolverError``. With one search worker and a fixed seed the answer is reproducible as long
+as no time limit is hit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from layerfit.check import check_layout, unified_workers
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import Layout
+from layerfit.domain.plan import Candidate, EngineStats, Status
+from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import SolverError
+from layerfit.memory import claims
+from layerfit.solver.bounds import layer_ceiling, single_worker_layers
+from layerfit.solver.build import BuiltModel, build_model
+from layerfit.solver.decode import decision_values
+from layerfit.solver.instance import Instance, build_instance
+from layerfit.solver.objective import placement_score, strict_tiers, strict_value, tie_break
+from layerfit.solver.prune import prune_dominated
+from layerfit.solver.result import SolveResult, TierValues
+from layerfit.solver.runner import Run, hint_layout, run, set_full_hint
+from layerfit.solver.variables import IntVar, Variables
+
+ENGINE = "cp-sat"
+HINT_TIME_FRACTION = 0.1
+"""Share of the remaining time a hint completion may use."""
+MIN_ALTERNATIVE_TIME_S = 0.05
+
+
+class _Clock:
+    def __init__(self, limit_s: float) -> None:
+        self.started = time.perf_counter()
+        self.limit_s = limit_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def remaining(self) -> float:
+        return max(0.0, self.limit_s - self.elapsed())
+
+
+@dataclass
+class _Trace:
+    """What the search did, for ``EngineStats.details``."""
+
+    steps: list[str] = field(default_factory=list)
+    hint: str = "none"
+    solves: int = 0
+
+    def record(self, step: str, result: Run) -> Run:
+        self.steps.append(f"{step}:{result.status.name}:{result.wall_time_s * 1000:.0f}ms")
+        self.solves += 1
+        return result
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """The search's answer before decoding: the final model, its best run, the strict tiers."""
+
+    built: BuiltModel
+    best: Run
+    layers: int
+    workers: int
+    gpus: int
+    strict_proven: bool
+    tie_break_proven: bool
+    bound: float
+
+
+def solve(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig = PlannerConfig(),
+    hint: Layout | None = None,
+) -> SolveResult:
+    """The provably best layout for one deployment under DESIGN.md's objective tiers.
+
+    ``hint`` (the heuristic's best layout) seeds the search; it need not be valid.
+    """
+    clock = _Clock(config.time_limit_s)
+    trace = _Trace()
+    instance = build_instance(cluster, deployment, profile, config)
+    outcome: _Outcome | Status = _single_worker_search(instance, hint, config, clock, trace)
+    if not isinstance(outcome, _Outcome):
+        outcome = _general_search(instance, hint, config, clock, trace)
+    if not isinstance(outcome, _Outcome):
+        return _result(instance, clock, trace, outcome)
+    best = _candidate(cluster, deployment, profile, config, outcome.best.layout(outcome.built))
+    alternatives: tuple[Candidate, ...] = ()
+    if outcome.strict_proven and config.alternatives:
+        alternatives = _alternatives(cluster, deployment, profile, config, outcome, clock, trace)
+    status = Status.OPTIMAL if outcome.strict_proven and outcome.tie_break_proven else Status.FEASIBLE
+    tiers = TierValues(gpu_layers=outcome.layers, workers=outcome.workers, gpus=outcome.gpus, tie_break=best.score)
+    objective = float(strict_value(instance, outcome.layers, outcome.workers, outcome.gpus))
+    return _result(
+        instance,
+        clock,
+        trace,
+        status,
+        best=best,
+        alternatives=alternatives,
+        tiers=tiers,
+        strict_optimal=outcome.strict_proven,
+        objective=objective,
+        bound=objective if outcome.strict_proven else outcome.bound,
+    )
+
+
+def layout_is_feasible_in_model(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layout: Layout
+) -> bool:
+    """Whether the CP model (without symmetry breaking) accepts ``layout`` with its decisions fixed."""
+    instance = build_instance(cluster, deployment, profile, config)
+    built = build_model(instance, break_symmetry=False)
+    values = decision_values(instance, built.variables, layout)
+    if values is None:
+        return False
+    for var, value in values.items():
+        built.model.add(var == value)
+    return run(built, config, config.time_limit_s).found
+
+
+# ---------------------------------------------------------------------------------------------
+# The two searches
+# ---------------------------------------------------------------------------------------------
+
+
+def _single_worker_search(
+    instance: Instance, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
+) -> _Outcome | Status:
+    """Step 1: the layer ceiling on one worker with ``k = 1, 2, ...`` GPUs; ``UNKNOWN`` = go on."""
+    ceiling = layer_ceiling(instance)
+    if ceiling == 0:
+        return Status.UNKNOWN
+    split = instance.rules.tensor_split
+    gpu_counts = range(1, instance.local_slots + 1) if split is None else (split.n_devices,)
+    for k in gpu_counts:
+        if k > instance.local_slots:
+            break
+        mains = frozenset(
+            w
+            for w, view in enumerate(instance.workers)
+            if view.main_ok and single_worker_layers(instance, w, k) >= ceiling
+        )
+        if not mains:
+            continue
+        built = build_model(instance.restricted(rpc_slots=0, local_slots=k, mains=mains))
+        tiers = strict_tiers(built.instance, built.variables)
+        built.model.add(tiers.layers == ceiling)
+        built.model.add(tiers.gpus == k)
+        built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=True))
+        hinted = False
+        if hint is not None and not hint.rpc_devices and len(hint.devices) == k and hint.gpu_layers == ceiling:
+            trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+            hinted = trace.hint == "accepted"
+        result = trace.record(f"single-worker-{k}", run(built, config, clock.remaining()))
+        if result.status == cp_model.INFEASIBLE and hinted:
+            return Status.UNKNOWN  # CP-SAT contradicts a known solution: trust neither, go on
+        if result.status == cp_model.INFEASIBLE:
+            continue
+        if not result.found:
+            return Status.UNKNOWN
+        return _Outcome(
+            built=built,
+            best=result,
+            layers=ceiling,
+            workers=1,
+            gpus=k,
+            strict_proven=True,
+            tie_break_proven=result.status == cp_model.OPTIMAL,
+            bound=result.bound,
+        )
+    return Status.UNKNOWN
+
+
+def _general_search(
+    instance: Instance, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
+) -> _Outcome | Status:
+    """Step 2: the weighted strict tiers on the full model, then the tie-break on a smaller one."""
+    built = build_model(prune_dominated(instance))
+    if hint is not None:
+        trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+    tiers = strict_tiers(built.instance, built.variables)
+    built.model.maximize(tiers.combined)
+    first = trace.record("strict", run(built, config, clock.remaining()))
+    if not first.found:
+        # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
+        proven_empty = first.status == cp_model.INFEASIBLE and trace.hint != "accepted"
+        return Status.INFEASIBLE if proven_empty else Status.UNKNOWN
+    layers, workers, gpus = first.value(tiers.layers), first.value(tiers.workers), first.value(tiers.gpus)
+    outcome = _Outcome(
+        built=built,
+        best=first,
+        layers=layers,
+        workers=workers,
+        gpus=gpus,
+        strict_proven=first.status == cp_model.OPTIMAL,
+        tie_break_proven=False,
+        bound=first.bound,
+    )
+    if not outcome.strict_proven:
+        return outcome
+    narrow = build_model(instance.restricted(rpc_slots=gpus if workers > 1 else 0, local_slots=gpus))
+    fixed = strict_tiers(narrow.instance, narrow.variables)
+    for expression, value in ((fixed.layers, layers), (fixed.workers, workers), (fixed.gpus, gpus)):
+        narrow.model.add(expression == value)
+    narrow.model.minimize(tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0))
+    hint_layout(narrow, first.layout(built), config, clock.remaining() * HINT_TIME_FRACTION)
+    second = trace.record("tie-break", run(narrow, config, clock.remaining()))
+    if not second.found:
+        return outcome
+    return _Outcome(
+        built=narrow,
+        best=second,
+        layers=layers,
+        workers=workers,
+        gpus=gpus,
+        strict_proven=True,
+        tie_break_proven=second.status == cp_model.OPTIMAL,
+        bound=first.bound,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Alternatives
+# ---------------------------------------------------------------------------------------------
+
+
+def _alternatives(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    outcome: _Outcome,
+    clock: _Clock,
+    trace: _Trace,
+) -> tuple[Candidate, ...]:
+    """Up to ``config.alternatives`` more layouts as good on the strict tiers, on other GPU sets,
+    best tie-break first (the final model keeps the strict tiers fixed)."""
+    built = outcome.built
+    found: list[Candidate] = []
+    previous = outcome.best
+    budget = max(MIN_ALTERNATIVE_TIME_S, clock.elapsed())
+    while len(found) < config.alternatives and clock.remaining() > 0:
+        _exclude(built.model, built.variables, previous)
+        set_full_hint(built.model, ())
+        result = trace.record("alternative", run(built, config, min(budget, clock.remaining())))
+        if not result.found:
+            break
+        found.append(_candidate(cluster, deployment, profile, config, result.layout(built)))
+        previous = result
+    return tuple(found)
+
+
+def _exclude(model: cp_model.CpModel, variables: Variables, result: Run) -> None:
+    """No-good cut: another main worker, or another multiset of GPU classes."""
+    by_class: dict[int, list[IntVar]] = {}
+    for slot in variables.slots:
+        for c, assigned in slot.assign.items():
+            by_class.setdefault(c, []).append(assigned)
+    counts = {c: sum(result.value(lit) for lit in lits) for c, lits in by_class.items()}
+    escapes: list[cp_model.LiteralT] = [~main for main in variables.main.values() if result.value(main)]
+    unused = [lit for c, lits in by_class.items() if not counts[c] for lit in lits]
+    if unused:
+        other_class = model.new_bool_var("")
+        model.add(sum(unused) >= 1).only_enforce_if(other_class)
+        escapes.append(other_class)
+    for c, n in counts.items():
+        if n:
+            fewer = model.new_bool_var("")
+            model.add(sum(by_class[c]) <= n - 1).only_enforce_if(fewer)
+            escapes.append(fewer)
+    model.add_bool_or(escapes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+
+
+def _candidate(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layout: Layout
+) -> Candidate:
+    """The layout with its claims, checked again in bytes: a violation here is a bug."""
+    from layerfit.planner import strategy_class
+
+    violations = check_layout(cluster, deployment, profile, layout, config)
+    if violations:
+        details = "; ".join(reason.message for reason in violations)
+        raise SolverError(f"deployment {deployment.name}: the solver's layout breaks the rules: {details}")
+    needed = claims(profile, layout, unified_workers(cluster))
+    return Candidate(
+        layout=layout,
+        claims=needed,
+        strategy=strategy_class(layout),
+        score=placement_score(cluster, config.policy, layout, needed),
+    )
+
+
+def _result(
+    instance: Instance,
+    clock: _Clock,
+    trace: _Trace,
+    status: Status,
+    *,
+    best: Candidate | None = None,
+    alternatives: tuple[Candidate, ...] = (),
+    tiers: TierValues | None = None,
+    strict_optimal: bool = False,
+    objective: float | None = None,
+    bound: float | None = None,
+) -> SolveResult:
+    wall = clock.elapsed()
+    details: dict[str, float | int | str] = {
+        "steps": ",".join(trace.steps),
+        "solves": trace.solves,
+        "hint": trace.hint,
+        "unit_bytes": instance.scale.unit_bytes,
+        "exact_units": int(instance.scale.exact),
+        "gpu_classes": len(instance.classes),
+        "rpc_slots": instance.rpc_slots,
+        "local_slots": instance.local_slots,
+        "alternatives": len(alternatives),
+    }
+    stats = EngineStats(
+        engine=ENGINE, wall_time_s=wall, status=status, objective=objective, bound=bound, details=details
+    )
+    return SolveResult(
+        deployment=instance.deployment,
+        status=status,
+        best=best,
+        alternatives=alternatives,
+        tiers=tiers,
+        strict_optimal=strict_optimal,
+        objective=objective,
+        bound=bound,
+        wall_time_s=wall,
+        stats=stats,
+    )

@@ -1,0 +1,630 @@
+"""The GPUStack-order heuristic: each strategy, each skip rule, the seed's defects, messages, scores.
+
+Every row uses one small model so the expected placements can be worked out by hand:
+
+    10 blocks of 100 bytes (90 weights + 10 KV), output layer 50, every GPU costs 200 fixed,
+    no compute buffers, host fixed 100, token embedding 0.
+
+    One GPU, full offload (11 layers):   200 + 10*100 + 50 = 1250 VRAM, RAM 100.
+    One GPU, L layers (output first):    200 + 50 + 100*(L-1) = 150 + 100*L VRAM,
+                                         RAM 100 + 100*(11-L) (blocks 0 .. 10-L stay on the host).
+    CPU only:                            RAM 100 + 10*90 + 10*10 + 50 = 1150.
+
+llama.cpp splits ``-ngl L`` layers over devices by cumulative share: layer ``t`` (0 = first
+offloaded, the output layer last) goes to the device whose share interval holds ``t / L``.
+Every plan a test makes is also run through ``layerfit.check.check``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from layerfit.check import check
+from layerfit.domain import (
+    Cluster,
+    Deployment,
+    Gpu,
+    GpuRef,
+    LlamaParams,
+    MemoryProfile,
+    ModelKind,
+    OffloadOrder,
+    Plan,
+    PlannerConfig,
+    Policy,
+    ReasonKind,
+    Severity,
+    Status,
+    StrategyClass,
+    Worker,
+)
+from layerfit.errors import LayerfitError
+from layerfit.heuristics import plan
+from layerfit.heuristics.notes import Action
+
+PROFILE = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200, host_fixed_bytes=100)
+
+
+def worker(name: str, *vram: int, ram: int = 10_000, unified: bool = False) -> Worker:
+    gpus = tuple(Gpu(index=i, total_vram_bytes=max(v, 1), allocatable_vram_bytes=v) for i, v in enumerate(vram))
+    return Worker(
+        id=name, name=name, total_ram_bytes=max(ram, 1), allocatable_ram_bytes=ram, gpus=gpus, unified_memory=unified
+    )
+
+
+def cluster(*workers: Worker) -> Cluster:
+    return Cluster(workers=workers)
+
+
+def deployment(
+    *,
+    ngl: int | None = None,
+    ts: tuple[float, ...] | None = None,
+    select: tuple[str, ...] | None = None,
+    **kwargs: object,
+) -> Deployment:
+    params = LlamaParams(n_gpu_layers=ngl, tensor_split=ts)
+    return Deployment(name="m", profile=PROFILE, params=params, gpu_selection=select, **kwargs)  # type: ignore[arg-type]
+
+
+def run(target: Cluster, dep: Deployment, config: PlannerConfig = PlannerConfig()) -> Plan:
+    result = plan(target, dep, config)
+    assert check(target, dep, result, PROFILE, config) == ()
+    return result
+
+
+def placed(result: Plan) -> tuple[StrategyClass | None, tuple[tuple[str, int, int], ...], bool]:
+    """(strategy, ((worker, gpu, blocks), ...), output offloaded) of the best candidate."""
+    if result.best is None:
+        return None, (), False
+    layout = result.best.layout
+    devices = tuple((device.worker, device.gpu_index, device.blocks) for device in layout.devices)
+    return result.best.strategy, devices, layout.output_offloaded
+
+
+def kinds(result: Plan, strategy: Action | None = None) -> set[ReasonKind]:
+    return {reason.kind for reason in result.reasons if strategy is None or reason.strategy == strategy.value}
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    cluster: Cluster
+    deployment: Deployment
+    strategy: StrategyClass | None
+    devices: tuple[tuple[str, int, int], ...] = ()
+    output: bool = True
+    config: PlannerConfig = field(default_factory=PlannerConfig)
+
+
+SINGLE, MULTI, DIST = StrategyClass.SINGLE_GPU, StrategyClass.MULTI_GPU, StrategyClass.DISTRIBUTED
+PARTIAL, CPU = StrategyClass.PARTIAL_OFFLOAD, StrategyClass.CPU_ONLY
+
+ROWS = [
+    # -- strategy 1: one GPU ------------------------------------------------------------------
+    # Both GPUs hold 1250; binpack prefers the fuller one: a 1250/1250 beats b 1250/1300.
+    Row(
+        "single GPU, tightest fit wins",
+        cluster(worker("a", 1250), worker("b", 1300)),
+        deployment(),
+        SINGLE,
+        (("a", 0, 10),),
+    ),
+    # Defect (a): a:0 is the largest GPU but worker a has RAM 50 < 100. GPUStack stops the whole
+    # search there; b:0 (1300) is a valid single-GPU layout.
+    Row(
+        "single GPU: a worker short of RAM does not hide other workers",
+        cluster(worker("a", 2000, ram=50), worker("b", 1300)),
+        deployment(),
+        SINGLE,
+        (("b", 0, 10),),
+    ),
+    # -- strategy 2: several GPUs of one worker ----------------------------------------------
+    # 800+800, split 1:1 over 11 layers: t/11 < 0.5 for t = 0..5 -> a0 blocks 0-5 (200+600 = 800),
+    # a1 blocks 6-9 + output (200+400+50 = 650).
+    Row("two GPUs of one worker", cluster(worker("a", 800, 800)), deployment(), MULTI, (("a", 0, 6), ("a", 1, 4))),
+    # a needs 2 GPUs, b 3 (600 each: 4/4/2 blocks + output -> 600/600/450); fewest GPUs win.
+    Row(
+        "multi GPU: fewest GPUs across workers",
+        cluster(worker("a", 800, 800), worker("b", 600, 600, 600)),
+        deployment(),
+        MULTI,
+        (("a", 0, 6), ("a", 1, 4)),
+    ),
+    # Defect (c): -ts 1,1 maps onto a:0, a:1 and goes through llama.cpp's split (same as above).
+    # GPUStack adds 1+1 = 2 "bytes" up against 1250 and never finds a layout for a user split.
+    Row(
+        "tensor split honoured on one worker",
+        cluster(worker("a", 800, 800)),
+        deployment(ts=(1, 1)),
+        MULTI,
+        (("a", 0, 6), ("a", 1, 4)),
+    ),
+    # -ts 0,1,1 skips the busy GPU 0 (GPUStack's positional mapping, issue #860's workaround).
+    Row(
+        "tensor split with a zero share",
+        cluster(worker("a", 100, 800, 800)),
+        deployment(ts=(0, 1, 1)),
+        MULTI,
+        (("a", 1, 6), ("a", 2, 4)),
+    ),
+    # -ts skips the single-GPU strategy even though a:0 alone would hold the model.
+    Row(
+        "tensor split skips single GPU",
+        cluster(worker("a", 1300, 1300)),
+        deployment(ts=(1, 1)),
+        MULTI,
+        (("a", 0, 6), ("a", 1, 4)),
+    ),
+    # -- strategy 3: RPC servers ---------------------------------------------------------------
+    # Main a (ties go to the first worker) with its GPU last; b:0 as RPC server takes blocks 0-5.
+    Row(
+        "distributed over two workers",
+        cluster(worker("a", 800), worker("b", 800)),
+        deployment(distributed_inference_across_workers=True, cpu_offloading=False),
+        DIST,
+        (("b", 0, 6), ("a", 0, 4)),
+    ),
+    # With CPU offloading allowed, distribution still comes before partial offload (GPUStack's order).
+    Row(
+        "distributed before partial offload",
+        cluster(worker("a", 800), worker("b", 800)),
+        deployment(distributed_inference_across_workers=True),
+        DIST,
+        (("b", 0, 6), ("a", 0, 4)),
+    ),
+    # Three 600s: one RPC server is not enough (b would need 6 blocks = 800); two are:
+    # 11 layers over 1:1:1 -> b blocks 0-3 (600), c blocks 4-7 (600), a blocks 8-9 + output (450).
+    Row(
+        "distributed grows the server count",
+        cluster(worker("a", 600), worker("b", 600), worker("c", 600)),
+        deployment(distributed_inference_across_workers=True, cpu_offloading=False),
+        DIST,
+        (("b", 0, 4), ("c", 0, 4), ("a", 0, 2)),
+    ),
+    # Defect (b): a has the most VRAM (two 800s) but RAM 50 < the main's 100, so it cannot be the
+    # main worker (GPUStack picks it and every combination fails on RAM). b becomes main and a:0
+    # serves as RPC server (an rpc-server costs no RAM here).
+    Row(
+        "distributed main worker needs RAM",
+        cluster(worker("a", 800, 800, ram=50), worker("b", 800), worker("c", 800)),
+        deployment(distributed_inference_across_workers=True, cpu_offloading=False),
+        DIST,
+        (("a", 0, 6), ("b", 0, 4)),
+    ),
+    # -- strategy 4: partial offload -----------------------------------------------------------
+    # 150 + 100*L <= 800 -> L = 6: output + blocks 5-9 on a:0; RAM 100 + 5*100 = 600.
+    Row("partial offload on one GPU", cluster(worker("a", 800)), deployment(), PARTIAL, (("a", 0, 5),)),
+    # One GPU: 150 + 100*L <= 500 -> L = 3. Two GPUs 1:1, L = 6 (output + blocks 5-9): t/6 < 0.5
+    # for t = 0..2 -> a0 blocks 5-7 (200+300 = 500), a1 blocks 8-9 + output (200+200+50 = 450).
+    # L = 7..10 would put at least 4 blocks on a0 (600).
+    Row(
+        "partial offload on two GPUs", cluster(worker("a", 500, 500)), deployment(), PARTIAL, (("a", 0, 3), ("a", 1, 2))
+    ),
+    # -ngl 4: output + blocks 7-9 on a:0 (550).
+    Row("partial offload with --gpu-layers", cluster(worker("a", 800)), deployment(ngl=4), PARTIAL, (("a", 0, 3),)),
+    # Four 400s with -ngl 7: pairs put 4 blocks on the first GPU (600) and triples 3 (500);
+    # quads 2/2/2 blocks + output alone (400/400/400/250). GPUStack stops after pairs.
+    Row(
+        "partial offload with --gpu-layers tries more than two GPUs",
+        cluster(worker("a", 400, 400, 400, 400)),
+        deployment(ngl=7),
+        PARTIAL,
+        (("a", 0, 2), ("a", 1, 2), ("a", 2, 2), ("a", 3, 0)),
+    ),
+    # Older llama.cpp (output last): L blocks cost 200 + 100*L -> 6 blocks (800); output on the host.
+    Row(
+        "partial offload, output layer last",
+        cluster(worker("a", 800)),
+        deployment(),
+        PARTIAL,
+        (("a", 0, 6),),
+        output=False,
+        config=PlannerConfig(offload_order=OffloadOrder.OUTPUT_LAST),
+    ),
+    # -- strategy 5: CPU only ------------------------------------------------------------------
+    # 1150 RAM; binpack prefers b (1150/1500) over a (1150/2000).
+    Row("CPU only", cluster(worker("a", ram=2000), worker("b", ram=1500)), deployment(), CPU, (), output=False),
+    Row("--gpu-layers 0 means CPU only", cluster(worker("a", 2000)), deployment(ngl=0), CPU, (), output=False),
+    # GPUs exist but none has allocatable VRAM: CPU only.
+    Row("no allocatable VRAM", cluster(worker("a", 0, 0)), deployment(), CPU, (), output=False),
+    # Unified memory: the pool must hold VRAM and RAM. Single GPU needs 1250 + 100 = 1350 > 1300;
+    # partial offload needs 1350 at every layer count (blocks move between parts of one pool);
+    # CPU only needs 1150.
+    Row("unified memory pool", cluster(worker("u", 2000, ram=1300, unified=True)), deployment(), CPU, (), output=False),
+    Row(
+        "same worker without unified memory",
+        cluster(worker("u", 2000, ram=1300)),
+        deployment(),
+        SINGLE,
+        (("u", 0, 10),),
+    ),
+    # -- manual selection -------------------------------------------------------------------
+    Row(
+        "selection of one GPU",
+        cluster(worker("a", 1300), worker("b", 1300)),
+        deployment(select=("b:cuda:0",)),
+        SINGLE,
+        (("b", 0, 10),),
+    ),
+    Row(
+        "selection of two GPUs of one worker",
+        cluster(worker("a", 800, 800, 800)),
+        deployment(select=("a:cuda:1", "a:cuda:2")),
+        MULTI,
+        (("a", 1, 6), ("a", 2, 4)),
+    ),
+    Row(
+        "selection across workers",
+        cluster(worker("a", 800), worker("b", 800), worker("c", 2000)),
+        deployment(select=("a:cuda:0", "b:cuda:0"), distributed_inference_across_workers=True),
+        DIST,
+        (("b", 0, 6), ("a", 0, 4)),
+    ),
+    # A tensor split overrides the selection (GPUStack): b:0 is ignored, -ts maps onto a:0, a:1.
+    Row(
+        "tensor split overrides selection",
+        cluster(worker("a", 800, 800), worker("b", 1300)),
+        deployment(ts=(1, 1), select=("b:cuda:0",)),
+        MULTI,
+        (("a", 0, 6), ("a", 1, 4)),
+    ),
+    # -- --gpu-layers -------------------------------------------------------------------------
+    # 99 is capped at the 11 layers, i.e. full offload.
+    Row("--gpu-layers above the layer count", cluster(worker("a", 1250)), deployment(ngl=99), SINGLE, (("a", 0, 10),)),
+    Row("--gpu-layers 11 on one GPU", cluster(worker("a", 1250)), deployment(ngl=11), SINGLE, (("a", 0, 10),)),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_scenarios(row: Row) -> None:
+    result = run(row.cluster, row.deployment, row.config)
+    assert result.status is (Status.FEASIBLE if row.strategy else Status.INFEASIBLE)
+    assert placed(result) == (row.strategy, row.devices, row.output)
+
+
+# -- skip rules and infeasible requests --------------------------------------------------------
+
+
+SKIP_ROWS = [
+    # (name, cluster, deployment, strategy whose skip is expected, reason kind, resource)
+    (
+        "image model: single GPU only",
+        cluster(worker("a", 800, 800)),
+        deployment(kind=ModelKind.IMAGE),
+        Action.MULTI_GPU,
+        ReasonKind.IMAGE_MODEL_SPLIT,
+        "kind",
+    ),
+    (
+        "no CPU offloading: no partial",
+        cluster(worker("a", 800)),
+        deployment(cpu_offloading=False),
+        Action.PARTIAL,
+        ReasonKind.CPU_OFFLOAD_NOT_ALLOWED,
+        "cpu_offloading",
+    ),
+    (
+        "no CPU offloading: no CPU only",
+        cluster(worker("a", 800)),
+        deployment(cpu_offloading=False),
+        Action.CPU_ONLY,
+        ReasonKind.CPU_OFFLOAD_NOT_ALLOWED,
+        "cpu_offloading",
+    ),
+    (
+        "no distribution",
+        cluster(worker("a", 800), worker("b", 800)),
+        deployment(cpu_offloading=False),
+        Action.DISTRIBUTED,
+        ReasonKind.DISTRIBUTION_NOT_ALLOWED,
+        "distributed_inference_across_workers",
+    ),
+    (
+        "--gpu-layers = total: no partial",
+        cluster(worker("a", 800)),
+        deployment(ngl=11),
+        Action.PARTIAL,
+        ReasonKind.STRATEGY_SKIPPED,
+        "n_gpu_layers",
+    ),
+    (
+        "--gpu-layers = total: no CPU only",
+        cluster(worker("a", 800)),
+        deployment(ngl=11),
+        Action.CPU_ONLY,
+        ReasonKind.STRATEGY_SKIPPED,
+        "n_gpu_layers",
+    ),
+    (
+        "selection: no CPU only",
+        cluster(worker("a", 800)),
+        deployment(select=("a:cuda:0",), ngl=0),
+        Action.CPU_ONLY,
+        ReasonKind.STRATEGY_SKIPPED,
+        "gpu_selection",
+    ),
+    (
+        "one usable GPU: no multi-GPU",
+        cluster(worker("a", 800, 0)),
+        deployment(cpu_offloading=False),
+        Action.MULTI_GPU,
+        ReasonKind.STRATEGY_SKIPPED,
+        "vram",
+    ),
+    # 600:600 puts 6 blocks (800) on a:0, so multi-GPU fails and distribution is considered.
+    (
+        "one GPU worker: no distribution",
+        cluster(worker("a", 600, 600)),
+        deployment(distributed_inference_across_workers=True, cpu_offloading=False),
+        Action.DISTRIBUTED,
+        ReasonKind.STRATEGY_SKIPPED,
+        "workers",
+    ),
+    (
+        "tensor split: no CPU only",
+        cluster(worker("a", 100, 100)),
+        deployment(ts=(1, 1)),
+        Action.CPU_ONLY,
+        ReasonKind.STRATEGY_SKIPPED,
+        "tensor_split",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "dep", "action", "kind", "resource"), SKIP_ROWS, ids=[r[0] for r in SKIP_ROWS]
+)
+def test_skip_rules(
+    name: str, target: Cluster, dep: Deployment, action: Action, kind: ReasonKind, resource: str
+) -> None:
+    result = run(target, dep)
+    skipped = [reason for reason in result.reasons if reason.strategy == action.value and reason.kind is kind]
+    assert [(reason.resource, reason.severity) for reason in skipped] == [(resource, Severity.INFO)]
+
+
+def test_image_model_fits_only_on_one_gpu() -> None:
+    # Two 800s hold the model split (see above), but an image model may not be split.
+    result = run(cluster(worker("a", 800, 800)), deployment(kind=ModelKind.IMAGE))
+    assert result.status is Status.INFEASIBLE
+    assert ReasonKind.IMAGE_MODEL_SPLIT in kinds(result, Action.MULTI_GPU)
+
+
+def test_gpu_layers_need_cpu_offloading() -> None:
+    result = run(cluster(worker("a", 2000)), deployment(ngl=5, cpu_offloading=False))
+    assert result.status is Status.INFEASIBLE
+    assert len(result.messages) == 1 and "--gpu-layers 5" in result.messages[0]
+    assert ReasonKind.CPU_OFFLOAD_NOT_ALLOWED in kinds(result)
+
+
+def test_gpu_layers_above_total_is_capped_with_a_note() -> None:
+    result = run(cluster(worker("a", 1250)), deployment(ngl=99))
+    capped = [reason for reason in result.reasons if reason.kind is ReasonKind.INVALID_PARAMETER]
+    assert [(r.resource, r.severity) for r in capped] == [("n_gpu_layers", Severity.INFO)]
+    assert result.best is not None and result.best.layout.gpu_layers == 11
+
+
+def test_full_gpu_layers_without_room_is_infeasible() -> None:
+    # -ngl 11 asks for full offload; 800 holds only 6 layers and partial offload is skipped.
+    result = run(cluster(worker("a", 800)), deployment(ngl=11))
+    assert result.status is Status.INFEASIBLE and result.best is None
+
+
+def test_nothing_allocatable_is_a_pre_check_error() -> None:
+    result = run(cluster(worker("a", 0, ram=0)), deployment())
+    assert result.status is Status.INFEASIBLE
+    assert len(result.messages) == 1 and result.messages[0].startswith("Insufficient resources")
+
+
+def test_no_allocatable_vram_note_shows_when_nothing_fits() -> None:
+    # GPU strategies are skipped with GPUStack's pre-check note; CPU only needs 1150 > 1000 RAM.
+    # The pre-check note comes first in GPUStack's display order.
+    result = run(cluster(worker("a", 0, ram=1000)), deployment())
+    assert result.status is Status.INFEASIBLE
+    assert result.messages == ("No GPU has allocatable VRAM. Please check the workers' available VRAM.",)
+
+
+# -- bad input: clear reasons, never exceptions -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("select", "kind"),
+    [
+        (("z:cuda:0",), ReasonKind.UNKNOWN_WORKER),  # no worker z
+        (("a:cuda:5",), ReasonKind.UNKNOWN_GPU),  # worker a has GPUs 0-1
+        (("a:rocm:0",), ReasonKind.UNKNOWN_GPU),  # GPU 0 of a is a CUDA GPU
+        (("a:cuda:1",), ReasonKind.INSUFFICIENT_VRAM),  # 100 < one layer: min(100 + 200, 50 + 200) = 250
+    ],
+)
+def test_bad_selection_is_a_reason(select: tuple[str, ...], kind: ReasonKind) -> None:
+    result = run(cluster(worker("a", 2000, 100)), deployment(select=select))
+    assert result.status is Status.INFEASIBLE
+    errors = [reason for reason in result.reasons if reason.severity is Severity.ERROR and reason.kind is kind]
+    assert len(errors) == 1 and errors[0].message in result.messages
+
+
+def test_selected_gpu_too_small_names_the_numbers() -> None:
+    result = run(cluster(worker("a", 2000, 100)), deployment(select=("a:cuda:1",)))
+    reason = next(reason for reason in result.reasons if reason.kind is ReasonKind.INSUFFICIENT_VRAM)
+    assert (reason.needed_bytes, reason.available_bytes, reason.worker, reason.gpu_index) == (250, 100, "a", 1)
+
+
+def test_selection_across_workers_needs_distribution() -> None:
+    result = run(cluster(worker("a", 800), worker("b", 800)), deployment(select=("a:cuda:0", "b:cuda:0")))
+    assert result.status is Status.INFEASIBLE
+    assert ReasonKind.DISTRIBUTION_NOT_ALLOWED in kinds(result)
+
+
+def test_tensor_split_longer_than_the_gpu_list() -> None:
+    # -ts 1,1,1 needs GPUs 0-2 of one worker; a has two. Partial offload cannot use the split
+    # either, and CPU only would ignore it.
+    result = run(cluster(worker("a", 800, 800)), deployment(ts=(1, 1, 1)))
+    assert result.status is Status.INFEASIBLE
+    assert ReasonKind.TENSOR_SPLIT_NOT_HONOURED in kinds(result, Action.MULTI_GPU)
+
+
+def test_tensor_split_across_workers_fixes_the_device_count() -> None:
+    # -ts 1,1 with distribution: main a has one GPU, so one RPC server (b:0), shares in order.
+    result = run(
+        cluster(worker("a", 800), worker("b", 800)),
+        deployment(ts=(1, 1), distributed_inference_across_workers=True, cpu_offloading=False),
+    )
+    assert placed(result) == (DIST, (("b", 0, 6), ("a", 0, 4)), True)
+
+
+def test_tensor_split_needing_more_servers_than_exist() -> None:
+    result = run(
+        cluster(worker("a", 800), worker("b", 800)),
+        deployment(ts=(1, 1, 1, 1), distributed_inference_across_workers=True, cpu_offloading=False),
+    )
+    assert result.status is Status.INFEASIBLE
+    assert ReasonKind.TENSOR_SPLIT_NOT_HONOURED in kinds(result, Action.DISTRIBUTED)
+
+
+def test_missing_profile_is_an_input_error() -> None:
+    dep = Deployment(name="m", gguf_path="/nonexistent/model.gguf")
+    with pytest.raises(LayerfitError):
+        plan(cluster(worker("a", 800)), dep)
+
+
+# -- RPC caps -----------------------------------------------------------------------------------
+
+
+def test_too_many_rpc_candidates_is_a_warning_and_a_skip() -> None:
+    # Four remote 800s > the cap of 3: distribution is skipped with a warning; partial offload
+    # (6 layers on one 800) answers, and the warning is the only message.
+    workers = (worker("a", 800), *(worker(name, 800) for name in "bcde"))
+    config = PlannerConfig(max_rpc_candidate_gpus=3)
+    result = run(cluster(*workers), deployment(distributed_inference_across_workers=True), config)
+    assert placed(result)[0] is PARTIAL
+    warning = next(reason for reason in result.reasons if reason.kind is ReasonKind.TOO_MANY_RPC_CANDIDATES)
+    assert warning.severity is Severity.WARNING
+    assert result.messages == (warning.message,)
+
+
+def test_max_rpc_servers_caps_the_combination_size() -> None:
+    # Three 600s need two RPC servers for full offload (see the rows above); with one allowed
+    # there is no distributed layout.
+    target = cluster(worker("a", 600), worker("b", 600), worker("c", 600))
+    dep = deployment(distributed_inference_across_workers=True, cpu_offloading=False)
+    assert run(target, dep, PlannerConfig(max_rpc_servers=2)).status is Status.FEASIBLE
+    assert run(target, dep, PlannerConfig(max_rpc_servers=1)).status is Status.INFEASIBLE
+
+
+def test_selection_needing_more_servers_than_allowed() -> None:
+    target = cluster(worker("a", 600), worker("b", 600), worker("c", 600))
+    dep = deployment(
+        select=("a:cuda:0", "b:cuda:0", "c:cuda:0"), distributed_inference_across_workers=True, cpu_offloading=False
+    )
+    result = run(target, dep, PlannerConfig(max_rpc_servers=1))
+    assert ReasonKind.TOO_MANY_RPC_SERVERS in kinds(result, Action.DISTRIBUTED)
+
+
+def test_distributed_partial_offload_keeps_the_most_layers() -> None:
+    # a(700) main, b(700) RPC: full offload needs 800 on b. CPU offloading allowed: 10 layers
+    # (output + blocks 1-9) split 5/5: b blocks 1-5 (700), a blocks 6-9 + output (650).
+    result = run(
+        cluster(worker("a", 700), worker("b", 700)),
+        deployment(distributed_inference_across_workers=True),
+    )
+    assert placed(result) == (DIST, (("b", 0, 5), ("a", 0, 4)), True)
+    assert result.best is not None and result.best.layout.cpu_blocks == 1
+
+
+# -- reasons and messages ---------------------------------------------------------------------
+
+
+def test_rejections_are_typed_with_numbers() -> None:
+    # Single GPU on a:0 (1000) needs 1250: the reason says so, by strategy.
+    result = run(cluster(worker("a", 1000, 300)), deployment(cpu_offloading=False))
+    single = [r for r in result.reasons if r.strategy == Action.SINGLE_GPU.value]
+    assert [(r.kind, r.resource, r.needed_bytes, r.available_bytes, r.worker, r.gpu_index) for r in single] == [
+        (ReasonKind.INSUFFICIENT_VRAM, "vram", 1250, 1000, "a", 0)
+    ]
+
+
+def test_messages_show_the_first_advice_in_display_order() -> None:
+    # Single GPU and multi-GPU both fail and both advise; GPUStack shows the multi-GPU advice.
+    # Split 1000:300 of 11 layers: t/11 < 0.77 for t = 0..8 -> a0 9 blocks (1100), a1 block 9 +
+    # output (350): 1450 VRAM in all, RAM 100; the worker has 1300 VRAM.
+    result = run(cluster(worker("a", 1000, 300)), deployment(cpu_offloading=False))
+    assert result.messages == (
+        "The model requires approximately 0.00 GiB VRAM and 0.00 GiB RAM. "
+        "The largest available worker provides 0.00 GiB VRAM and 0.00 GiB RAM.",
+    )
+    advice = next(r for r in result.reasons if r.strategy == Action.MULTI_GPU.value)
+    assert (advice.needed_bytes, advice.available_bytes, advice.gpu_index) == (1100, 1000, 0)
+
+
+def test_partial_advice_with_gpu_layers() -> None:
+    # -ngl 9 on a(500): 150 + 900 = 1050 > 500; GPUStack advises with the layer count.
+    result = run(cluster(worker("a", 500)), deployment(ngl=9))
+    assert result.status is Status.INFEASIBLE
+    assert len(result.messages) == 1
+    assert "to offload 9 layers" in result.messages[0] and result.messages[0].endswith("Try offloading fewer layers.")
+
+
+def test_errors_hide_advice() -> None:
+    result = run(cluster(worker("a", 800)), deployment(select=("a:cuda:3",)))
+    assert all(reason.severity is Severity.ERROR for reason in result.reasons if reason.message in result.messages)
+    assert len(result.messages) == 1
+
+
+# -- scores and alternatives -----------------------------------------------------------------
+
+
+def test_binpack_score_and_alternatives() -> None:
+    # a: (100 * 100/10000 + 200 * 1250/1250) / 3 = 67.0; b: (1 + 200 * 1250/1300) / 3 = 64.44.
+    result = run(cluster(worker("a", 1250), worker("b", 1300)), deployment())
+    assert result.best is not None
+    assert result.best.score == pytest.approx(67.0)
+    assert [c.layout.devices[0].worker for c in result.alternatives] == ["b"]
+    assert result.alternatives[0].score == pytest.approx((1 + 200 * 1250 / 1300) / 3)
+
+
+def test_spread_prefers_headroom() -> None:
+    result = run(cluster(worker("a", 1250), worker("b", 1300)), deployment(), PlannerConfig(policy=Policy.SPREAD))
+    assert placed(result)[1] == (("b", 0, 10),)
+
+
+def test_alternatives_are_capped_by_config() -> None:
+    result = run(cluster(*(worker(name, 1300) for name in "abcde")), deployment(), PlannerConfig(alternatives=2))
+    assert len(result.alternatives) == 2
+    assert result.stats[0].details["candidates"] == 5
+
+
+def test_rpc_score_counts_servers_twice() -> None:
+    # Main a:0 holds blocks 8-9 + output: 450 of 600, RAM 100 of 10000 -> (1 + 150) / 3.
+    # RPC b:0 and c:0 hold 600 of 600 each -> 200 / 3 each, summed: 400 / 3.
+    # GPUStack: (main * 5 + rpc_sum * 2 * 1) / (5 + 2).
+    result = run(
+        cluster(worker("a", 600), worker("b", 600), worker("c", 600)),
+        deployment(distributed_inference_across_workers=True, cpu_offloading=False),
+    )
+    assert result.best is not None
+    assert result.best.score == pytest.approx((151 / 3 * 5 + 400 / 3 * 2) / 7)
+
+
+def test_stats_name_the_engine_and_strategy() -> None:
+    result = run(cluster(worker("a", 1250)), deployment())
+    stats = result.stats[0]
+    assert (stats.engine, stats.status, stats.details["strategy"]) == (
+        "heuristic",
+        Status.FEASIBLE,
+        Action.SINGLE_GPU.value,
+    )
+
+
+def test_explicit_profile_wins_over_the_deployment() -> None:
+    # A profile with 20 blocks needs 2250 on one GPU: does not fit where the deployment's would.
+    bigger = MemoryProfile.uniform(20, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200, host_fixed_bytes=100)
+    target = cluster(worker("a", 1250, ram=100))
+    assert plan(target, deployment(), profile=bigger).status is Status.INFEASIBLE
+    assert plan(target, deployment()).status is Status.FEASIBLE
+
+
+def test_gpu_selection_by_ref_objects() -> None:
+    dep = deployment(select=(GpuRef(worker="b", index=0),))  # type: ignore[arg-type]
+    assert placed(run(cluster(worker("a", 1300), worker("b", 1300)), dep))[1] == (("b", 0, 10),)
