@@ -38,7 +38,7 @@ from layerfit.check import capacity_reasons, check_layout, reference_reasons, un
 from layerfit.domain.base import MiB
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
-from layerfit.domain.deployment import Deployment
+from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.fleet import (
     Executor,
     Fleet,
@@ -54,7 +54,7 @@ from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Stat
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
 from layerfit.memory import claims as compute_claims
-from layerfit.memory import make_layout
+from layerfit.memory import layout_from_flags, make_layout
 
 # ---------------------------------------------------------------------------------------------
 # Candidate generation
@@ -63,29 +63,10 @@ from layerfit.memory import make_layout
 CandidateSet = tuple[tuple[Layout, Claims], ...]
 
 
-def _worker_kind(worker: Worker) -> tuple[object, ...]:
-    gpus = tuple(sorted((gpu.type, gpu.allocatable_vram_bytes) for gpu in worker.gpus))
-    return (worker.allocatable_ram_bytes, worker.unified_memory, gpus)
-
-
-def _rename(layout: Layout, source: Worker, target: Worker) -> Layout | None:
-    """``layout`` (on ``source`` alone) moved onto an identical ``target``; GPUs matched by size."""
-    by_size: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for gpu in sorted(target.gpus, key=lambda g: g.index):
-        by_size[(gpu.type, gpu.allocatable_vram_bytes)].append(gpu.index)
-    devices = []
-    for device in layout.devices:
-        gpu = source.gpu(device.gpu_index)
-        free = by_size.get((gpu.type, gpu.allocatable_vram_bytes))
-        if not free:
-            return None
-        devices.append(DeviceAssignment(worker=target.name, gpu_index=free.pop(0), blocks=device.blocks))
-    return layout.model_copy(update={"main_worker": target.name, "devices": tuple(devices)})
-
-
 def single_gpu_layouts(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
 ) -> list[Layout]:
+    """A full offload on each (selected) GPU of the cluster, fitting or not."""
     selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
     layouts = []
     for worker in cluster.workers:
@@ -97,36 +78,74 @@ def single_gpu_layouts(
     return layouts
 
 
+def _stratified(items: Sequence[Layout], limit: int, offset: int) -> list[Layout]:
+    """At most ``limit`` items spread evenly over ``items``, starting at a per-deployment offset."""
+    if limit <= 0 or len(items) <= limit:
+        return list(items)
+    step = len(items) / limit
+    return [items[int((i * step + offset % max(1, int(step))) % len(items))] for i in range(limit)]
+
+
+def worker_layouts(worker: Worker, profile: MemoryProfile, config: PlannerConfig) -> list[Layout]:
+    """Full offloads on the fewest GPUs of one worker: the k largest GPUs, blocks split in proportion
+    to what each GPU has left after its fixed and compute costs (llama.cpp's split rule decides)."""
+    gpus = sorted(worker.gpus, key=lambda g: (-g.allocatable_vram_bytes, g.index))
+    layouts = []
+    for count in range(2, len(gpus) + 1):
+        chosen = sorted(gpus[:count], key=lambda g: g.index)
+        shares = [max(1, g.allocatable_vram_bytes - profile.local.fixed_bytes) for g in chosen]
+        layouts.append(
+            layout_from_flags(
+                worker.name,
+                [(worker.name, g.index) for g in chosen],
+                profile.n_blocks,
+                profile.n_layers,
+                [float(share) for share in shares],
+                config.offload_order,
+            )
+        )
+    return layouts
+
+
 def generate_candidates(
     cluster: Cluster,
     deployment: Deployment,
     profile: MemoryProfile,
     config: PlannerConfig,
     current: Sequence[Layout] = (),
+    limit: int = 0,
+    offset: int = 0,
 ) -> CandidateSet:
-    """Valid layouts for one deployment, each fitting the cluster alone (see the module docstring)."""
+    """Valid layouts for one deployment, each fitting the cluster alone (see the module docstring).
+
+    ``limit`` caps the single-GPU candidates (spread evenly over the GPUs, from ``offset``).
+    """
     from layerfit.planner import plan as plan_one
 
-    proposals: list[Layout] = [*current, *single_gpu_layouts(cluster, deployment, profile, config)]
-    kinds: dict[tuple[object, ...], list[Worker]] = defaultdict(list)
-    for worker in cluster.workers:
-        kinds[_worker_kind(worker)].append(worker)
-    for workers in kinds.values():
-        source = workers[0]
-        sub = Cluster(workers=(source,))
-        if deployment.gpu_selection is not None and source.name not in deployment.selected_workers:
-            continue
-        result = plan_one(sub, deployment, config, profile, explain=False)
-        found = [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
-        for layout in found:
-            for target in workers:
-                moved = layout if target is source else _rename(layout, source, target)
-                if moved is not None:
-                    proposals.append(moved)
-    if deployment.distributed_inference_across_workers and len(cluster.workers) > 1:
+    found = list(valid_candidates(cluster, deployment, profile, config, current))
+    singles = valid_candidates(
+        cluster, deployment, profile, config, single_gpu_layouts(cluster, deployment, profile, config)
+    )
+    kept_singles = set(_stratified([layout for layout, _ in singles], limit, offset))
+    found += [candidate for candidate in singles if candidate[0] in kept_singles]
+    fits_one_worker = bool(singles)
+    if deployment.kind is not ModelKind.IMAGE:
+        for worker in cluster.workers:
+            if deployment.gpu_selection is not None and worker.name not in deployment.selected_workers:
+                continue
+            multi = valid_candidates(cluster, deployment, profile, config, worker_layouts(worker, profile, config))
+            found += multi[:1]
+            fits_one_worker = fits_one_worker or bool(multi)
+    if not fits_one_worker:
+        # Nothing fits fully on one worker: let the single-deployment planner find distributed or
+        # partial layouts over the whole cluster.
         result = plan_one(cluster, deployment, config, profile, explain=False)
-        proposals += [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
-    return valid_candidates(cluster, deployment, profile, config, proposals)
+        layouts = [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
+        found += valid_candidates(cluster, deployment, profile, config, layouts)
+    unique: dict[Layout, Claims] = {}
+    for layout, claims in found:
+        unique.setdefault(layout, claims)
+    return tuple(unique.items())
 
 
 def valid_candidates(
@@ -146,15 +165,14 @@ def valid_candidates(
     return tuple(valid)
 
 
-def _candidates_task(
-    args: tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Layout, ...]],
-) -> CandidateSet:
+CandidateTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Layout, ...], int, int]
+
+
+def _candidates_task(args: CandidateTask) -> CandidateSet:
     return generate_candidates(*args)
 
 
-def _run_tasks(
-    tasks: list[tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Layout, ...]]], config: FleetConfig
-) -> list[CandidateSet]:
+def _run_tasks(tasks: list[CandidateTask], config: FleetConfig) -> list[CandidateSet]:
     """Candidate generation over the configured executor; results in task order, identical everywhere."""
     if config.executor is Executor.SERIAL or len(tasks) <= 1:
         return [_candidates_task(task) for task in tasks]
@@ -503,12 +521,18 @@ def plan_fleet(
     for placement in fleet.current:
         current_layouts[placement.deployment].append(placement.layout)
     tasks = [
-        (fleet.cluster, d, profiles[d.name], planner_config, tuple(dict.fromkeys(current_layouts[d.name])))
-        for d in fleet.deployments
+        (
+            fleet.cluster,
+            d,
+            profiles[d.name],
+            planner_config,
+            tuple(dict.fromkeys(current_layouts[d.name])),
+            config.max_single_gpu_candidates,
+            position,
+        )
+        for position, d in enumerate(fleet.deployments)
     ]
     candidates = _run_tasks(tasks, config)
-    if config.max_candidates_per_deployment:
-        candidates = [options[: config.max_candidates_per_deployment] for options in candidates]
     generation_s = time.perf_counter() - started
     result = choose(fleet, profiles, candidates, config, planner_config)
     stats = result.stats[0].model_copy(
@@ -655,4 +679,5 @@ __all__ = [
     "single_gpu_layouts",
     "subtract",
     "valid_candidates",
+    "worker_layouts",
 ]

@@ -11,11 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf import GGMLQuantizationType
-
 from layerfit.domain import Layout, LlamaParams, MemoryProfile
-from layerfit.estimators import GgufHeader, RuntimeCosts, estimate_profile, read_header, shape_from_header
-from layerfit.estimators.llamacpp_log import HOST, DeviceMemory, device_key, parse_fit_print
+from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
+from layerfit.estimators.llamacpp_log import HOST, DeviceMemory, device_key, parse_fit_print, reported_host_weight_offset
 from layerfit.estimators.synthetic import GROUND_TRUTH_MODELS, DataMode, ModelSpec, write_gguf
 from layerfit.memory import claims, layout_from_flags
 
@@ -245,55 +243,19 @@ class Comparison:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# How llama.cpp reports host weights
-# ---------------------------------------------------------------------------------------------
-
-REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.IQ4_NL})
-"""Types the x86 CPU backend repacks (CPU_REPACK) when a CPU build keeps the tensor on the host."""
-
-
-def _on_host(name: str, layout: Layout) -> bool:
-    if name.startswith("blk."):
-        return int(name.split(".")[1]) < layout.cpu_blocks
-    if name.startswith(("output.", "output_norm.", "cls.")):
-        return not layout.output_offloaded
-    return True
-
-
-def host_report_offset_bytes(header: GgufHeader, layout: Layout, run: Run, mmap: bool) -> int:
-    """What llama.cpp's host ``model`` figure adds to the weights the host really holds.
-
-    With mmap the ``CPU_Mapped`` buffer is the file range from the first to the last host tensor,
-    so it also spans tensors that went to a GPU (``output.weight`` sits between ``token_embd`` and
-    ``blk.0``). A CPU build repacks Q4_0/Q4_K tensors into ``CPU_REPACK`` copies, outside that
-    range; ``llama-fit-params`` leaves the repacked copies out of its ``Host`` row.
-    """
-    host = [t for t in header.tensors if _on_host(t.name, layout)]
-    logical = sum(t.n_bytes for t in host)
-    repacks = run.backend == "cpu" and "--no-repack" not in run.extra
-    repacked = [
-        t
-        for t in host
-        if repacks and t.ggml_type in REPACKED_TYPES and len(t.shape) >= 2 and "token_embd" not in t.name
-    ]
-    plain = [t for t in host if t not in repacked]
-    repacked_bytes = sum(t.n_bytes for t in repacked)
-    if run.tool == "llama-fit-params":
-        return sum(t.n_bytes for t in plain) - logical
-    if not mmap or not plain:
-        return 0
-    span = max(t.data_offset + t.n_bytes for t in plain) - min(t.data_offset for t in plain)
-    return span + repacked_bytes - logical
-
-
 def estimate_run(run: Run, files: dict[str, Path]) -> tuple[MemoryProfile, Interpretation, int]:
     """The profile for the run's options, the layout llama.cpp built, and the host report offset."""
     header = read_header(str(files[run.model]))
     shape = shape_from_header(header)
     interpretation = interpret(run, shape.block_count)
     profile = estimate_profile(shape, interpretation.params, runtime=interpretation.runtime)
-    offset = host_report_offset_bytes(header, interpretation.layout, run, interpretation.params.mmap)
+    offset = reported_host_weight_offset(
+        header,
+        interpretation.layout,
+        repack=run.backend == "cpu" and "--no-repack" not in run.extra,
+        projection=run.tool == "llama-fit-params",
+        mmap=interpretation.params.mmap,
+    )
     return profile, interpretation, offset
 
 

@@ -5,7 +5,7 @@ model is the real file), its options as ``LlamaParams``, and the layout llama.cp
 ``-ngl``/``-ts``/``--rpc`` through ``layout_from_flags``; the estimate goes through
 ``memory.claims``. Weights and KV must match within 1 %, compute buffers and device totals within
 5 % or 64 MiB. Host weights are compared with what llama.cpp reports for them (the mapped file
-range and repacked copies, see ``host_report_offset_bytes``).
+range and repacked copies, see ``llamacpp_log.reported_host_weight_offset``).
 """
 
 from __future__ import annotations

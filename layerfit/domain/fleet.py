@@ -100,8 +100,9 @@ class FleetConfig(Frozen):
     executor: Executor = Executor.LOCAL
     processes: NonNegInt = 0
     """Worker processes for candidate generation; 0 = one per core."""
-    max_candidates_per_deployment: NonNegInt = 0
-    """Cap on candidate layouts per deployment; 0 = no cap."""
+    max_single_gpu_candidates: NonNegInt = 64
+    """Cap on single-GPU candidate layouts per deployment, spread evenly over the GPUs; 0 = no cap.
+    Keeps the master problem small on large fleets; optimality is relative to the candidates."""
     seed: NonNegInt = 0
     num_search_workers: NonNegInt = 0
     """CP-SAT workers for the master problem; 0 = one per core."""

@@ -11,9 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gguf import GGMLQuantizationType
 from pydantic import Field
 
 from layerfit.domain.base import Frozen
+from layerfit.domain.layout import Layout
+from layerfit.estimators.gguf_reader import GgufHeader, TensorInfo
 
 HOST = "Host"
 _HOST_BUFFERS = re.compile(r"^(CPU(_\w+)?|\w+_Host|Host)$")
@@ -149,3 +152,42 @@ def parse_memory(text: str) -> dict[str, DeviceMemory]:
         if found:
             return found
     return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# How llama.cpp reports host weights
+# ---------------------------------------------------------------------------------------------
+
+REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.IQ4_NL})
+"""Types the x86 CPU backend repacks (``CPU_REPACK``) when a CPU build keeps the tensor on the host."""
+
+
+def _on_host(tensor: TensorInfo, layout: Layout) -> bool:
+    if tensor.name.startswith("blk."):
+        return int(tensor.name.split(".")[1]) < layout.cpu_blocks
+    if tensor.name.startswith(("output.", "output_norm.", "cls.")):
+        return not layout.output_offloaded
+    return True
+
+
+def reported_host_weight_offset(header: GgufHeader, layout: Layout, *, repack: bool, projection: bool, mmap: bool) -> int:
+    """What llama.cpp's host ``model`` figure adds to the weights the host really holds (bytes).
+
+    With mmap the ``CPU_Mapped`` buffer is the file range from the first to the last host tensor,
+    so it also spans tensors that went to a GPU (``output.weight`` often sits between
+    ``token_embd`` and ``blk.0``). A CPU build (``repack``) copies Q4_0/Q4_K tensors it keeps
+    into ``CPU_REPACK``, outside that range; ``llama-fit-params`` (``projection``) leaves the
+    repacked copies out of its ``Host`` figure.
+    """
+    host = [t for t in header.tensors if _on_host(t, layout)]
+    logical = sum(t.n_bytes for t in host)
+    repacked = [
+        t for t in host if repack and t.ggml_type in REPACKED_TYPES and len(t.shape) >= 2 and "token_embd" not in t.name
+    ]
+    plain = [t for t in host if t not in repacked]
+    if projection:
+        return sum(t.n_bytes for t in plain) - logical
+    if not mmap or not plain:
+        return 0
+    span = max(t.data_offset + t.n_bytes for t in plain) - min(t.data_offset for t in plain)
+    return span + sum(t.n_bytes for t in repacked) - logical
