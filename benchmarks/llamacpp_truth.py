@@ -85,7 +85,13 @@ def _split_options(options: Sequence[str]) -> tuple[list[str], int, tuple[float,
 
 
 def compare(
-    case: str, model: Path, options: Sequence[str], report: dict[str, DeviceMemory], runtime: RuntimeCosts, *, projection: bool
+    case: str,
+    model: Path,
+    options: Sequence[str],
+    report: dict[str, DeviceMemory],
+    runtime: RuntimeCosts,
+    *,
+    projection: bool,
 ) -> list[Row]:
     """Our claims for the layout llama.cpp built, beside its report, per device and quantity.
 
@@ -115,7 +121,9 @@ def compare(
         else:
             gpu = gpus[names.index(name)] if name in names else None
             claim = needed.devices[position[gpu]] if gpu in position else None
-            ours = (claim.weight_bytes + claim.output_bytes, claim.kv_bytes, claim.compute_bytes) if claim else (0, 0, 0)
+            ours = (
+                (claim.weight_bytes + claim.output_bytes, claim.kv_bytes, claim.compute_bytes) if claim else (0, 0, 0)
+            )
         values = (*ours, sum(ours))
         measured = (theirs.model_mib, theirs.context_mib, theirs.compute_mib, theirs.total_mib)
         for quantity, a, b in zip(("weights", "kv", "compute", "total"), values, measured, strict=True):
@@ -133,9 +141,11 @@ def print_rows(rows: Sequence[Row]) -> int:
     print(f"{'case':<44} {'device':<22} {'buffer':<8} {'ours MiB':>10} {'llama.cpp':>10} {'error':>8}")
     for row in rows:
         flag = "" if abs(row.error_mib) <= row.tolerance_mib else "  <- out of tolerance"
-        print(f"{row.case[:44]:<44} {row.device[:22]:<22} {row.quantity:<8} {row.ours_mib:>10.2f} {row.theirs_mib:>10.2f} {row.percent}{flag}")
+        figures = f"{row.ours_mib:>10.2f} {row.theirs_mib:>10.2f} {row.percent}{flag}"
+        print(f"{row.case[:44]:<44} {row.device[:22]:<22} {row.quantity:<8} {figures}")
     out = [row for row in rows if abs(row.error_mib) > row.tolerance_mib]
-    print(f"\n{len(rows) - len(out)} of {len(rows)} figures within tolerance (weights, KV 1 %; compute, totals 5 % or 64 MiB)")
+    within = len(rows) - len(out)
+    print(f"\n{within} of {len(rows)} figures within tolerance (weights, KV 1 %; compute, totals 5 % or 64 MiB)")
     for quantity in ("weights", "kv", "compute", "total"):
         errors = [abs(r.error_mib) for r in rows if r.quantity == quantity]
         if errors:
@@ -143,13 +153,24 @@ def print_rows(rows: Sequence[Row]) -> int:
     under = sorted((r for r in out if r.error_mib < 0), key=lambda r: r.error_mib)
     print(f"\nunderestimates out of tolerance: {len(under)}")
     for row in under:
-        print(f"  {row.case} {row.device} {row.quantity}: ours {row.ours_mib:.2f} MiB, llama.cpp {row.theirs_mib:.2f} MiB ({row.percent.strip()})")
+        figures = f"ours {row.ours_mib:.2f} MiB, llama.cpp {row.theirs_mib:.2f} MiB ({row.percent.strip()})"
+        print(f"  {row.case} {row.device} {row.quantity}: {figures}")
     return len(out)
 
 
 def run_llama_cpp(build: Path, model: Path, options: Sequence[str], real_run: bool) -> str:
     if real_run:
-        command = [str(build / "bin" / "llama-completion"), "-m", str(model), "-n", "1", "-no-cnv", "-p", "hi", *options]
+        command = [
+            str(build / "bin" / "llama-completion"),
+            "-m",
+            str(model),
+            "-n",
+            "1",
+            "-no-cnv",
+            "-p",
+            "hi",
+            *options,
+        ]
     else:
         command = [str(build / "bin" / "llama-fit-params"), "-m", str(model), "--fit-print", "on", *options]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -198,10 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log is not None:
         if args.model is None:
             parser.error("--log needs --model")
-        report = parse_memory(args.log.read_text())
-        projection = "buffer size" not in args.log.read_text() and "memory breakdown" not in args.log.read_text()
-        rows = compare(args.log.name, args.model, options, report, runtime, projection=projection)
-        return 1 if print_rows(rows) else 0
+        text = args.log.read_text()
+        projection = "buffer size" not in text and "memory breakdown" not in text  # fit-print lines only
+        compared = compare(args.log.name, args.model, options, parse_memory(text), runtime, projection=projection)
+        return 1 if print_rows(compared) else 0
     rows: list[Row] = []
     for model in args.models:
         report = parse_memory(run_llama_cpp(args.llama_cpp, model, options, args.run))

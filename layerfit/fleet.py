@@ -349,10 +349,11 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
         value = round(solver.objective_value)
         values.append(value if maximize else -value)
         solution = [solver.value(var) for var in master.all_vars()]
-        if outcome == cp_model.FEASIBLE:
+        if outcome == cp_model.FEASIBLE and status is Status.OPTIMAL:
+            # The first tier not proven optimal decides the status and the reported gap; later
+            # tiers still improve the solution with this tier's value fixed.
             status = Status.FEASIBLE
-            bound = solver.best_objective_bound
-            gap = abs(bound - value) / max(1.0, abs(value))
+            gap = abs(solver.best_objective_bound - value) / max(1.0, abs(value))
         master.model.clear_hints()  # type: ignore[no-untyped-call]
         for var, val in zip(master.all_vars(), solution, strict=True):
             master.model.add_hint(var, val)
@@ -360,8 +361,6 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
             master.model.add(expression >= value)
         else:
             master.model.add(expression <= value)
-        if outcome == cp_model.FEASIBLE:
-            break
     if solution is None:
         return Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None
     counts, flat = [], iter(solution)

@@ -13,7 +13,13 @@ from pathlib import Path
 
 from layerfit.domain import Layout, LlamaParams, MemoryProfile
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
-from layerfit.estimators.llamacpp_log import HOST, DeviceMemory, device_key, parse_fit_print, reported_host_weight_offset
+from layerfit.estimators.llamacpp_log import (
+    HOST,
+    DeviceMemory,
+    device_key,
+    parse_fit_print,
+    reported_host_weight_offset,
+)
 from layerfit.estimators.synthetic import GROUND_TRUTH_MODELS, DataMode, ModelSpec, write_gguf
 from layerfit.memory import claims, layout_from_flags
 

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-import pytest
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 
+import pytest
+from gguf import GGMLQuantizationType
+
+from layerfit.estimators import read_header
 from layerfit.estimators.llamacpp_log import (
     device_key,
     parse_breakdown,
     parse_buffer_lines,
     parse_fit_print,
     parse_memory,
+    reported_host_weight_offset,
 )
+from layerfit.estimators.synthetic import GROUND_TRUTH_MODELS, write_gguf
+from layerfit.memory import layout_from_flags
 
 COMPLETION_LOG = """\
 load_tensors: offloading output layer to GPU
@@ -89,3 +98,47 @@ def test_most_precise_source_wins() -> None:
     assert parse_memory(COMPLETION_LOG)["CUDA0"].model_mib == 2037.30  # buffer lines, not the table
     assert parse_memory(FIT_PRINT)["Host"].compute_mib == 72
     assert parse_memory("nothing here") == {}
+
+
+def _truth_benchmark() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "llamacpp_truth.py"
+    spec = importlib.util.spec_from_file_location("llamacpp_truth", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_truth_benchmark_compares_a_captured_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "llama8b-q4.gguf"
+    write_gguf(model, GROUND_TRUTH_MODELS["llama8b-q4"])
+    log = tmp_path / "completion.log"
+    log.write_text(COMPLETION_LOG)
+    status = _truth_benchmark().main(["--log", str(log), "--model", str(model), "--", "-c", "8192", "-ngl", "16"])
+    out = capsys.readouterr().out
+    assert "8 of 8 figures within tolerance" in out
+    assert status == 0
+    # the same log read as if 16 more blocks were offloaded: the device estimate no longer matches
+    status = _truth_benchmark().main(["--log", str(log), "--model", str(model), "--", "-c", "8192", "-ngl", "32"])
+    assert status == 1
+    assert "underestimates out of tolerance" in capsys.readouterr().out
+
+
+def test_mapped_range_spans_the_gpu_output_layer(tmp_path: Path) -> None:
+    model = tmp_path / "llama8b-q4.gguf"
+    write_gguf(model, GROUND_TRUTH_MODELS["llama8b-q4"])
+    header = read_header(model)
+    partial = layout_from_flags("m", [("m", 0)], 32, 16)  # blocks 0-16 on the host
+    full = layout_from_flags("m", [("m", 0)], 32, 99)
+    output = next(t.n_bytes for t in header.tensors if t.name == "output.weight")
+    norm = next(t.n_bytes for t in header.tensors if t.name == "output_norm.weight")
+    # file order: token_embd, output, output_norm, blk.0 ...: the range from token_embd to blk.16
+    assert reported_host_weight_offset(header, partial, repack=False, projection=False, mmap=True) == output + norm
+    assert reported_host_weight_offset(header, full, repack=False, projection=False, mmap=True) == 0
+    assert reported_host_weight_offset(header, partial, repack=False, projection=False, mmap=False) == 0
+    # a CPU build keeping everything: Q4_0 blocks and output are repacked; the projection omits them
+    cpu = layout_from_flags("m", [], 32, 0)
+    repacked = sum(
+        t.n_bytes for t in header.tensors if t.ggml_type == GGMLQuantizationType.Q4_0 and "token_embd" not in t.name
+    )
+    assert reported_host_weight_offset(header, cpu, repack=True, projection=True, mmap=True) == -repacked

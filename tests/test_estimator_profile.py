@@ -99,8 +99,12 @@ KV_ROWS = [
         ((1632 + 8192) * 4, 512 * 8192) * 2,
     ),
     ("bert keeps no cache", {"architecture": "bert", "encoder": True}, [], (0,) * 4),
+    ("prediction-only last block", {"metadata": {"{arch}.nextn_predict_layers": 1}}, [], (512 * 8192,) * 3 + (0,)),
+    ("two shared-KV blocks", {"metadata": {"{arch}.attention.shared_kv_layers": 2}}, [], (512 * 8192,) * 2 + (0, 0)),
     ("nomic-bert keeps no cache", {"architecture": "nomic-bert", "encoder": True}, [], (0,) * 4),
     ("qwen2 with biases", {"architecture": "qwen2", "attention_bias": True}, [], (512 * 8192,) * 4),
+    ("qwen3 with q/k norms", {"architecture": "qwen3", "qk_norm": True}, [], (512 * 8192,) * 4),
+    ("mistral-style window ignored", {"sliding_window": 128}, [], (512 * 8192,) * 4),
     ("command-r", {"architecture": "command-r", "tied_embeddings": True}, [], (512 * 8192,) * 4),
     ("unknown architecture", {"architecture": "mystery"}, [], (512 * 8192,) * 4),
 ]
@@ -236,6 +240,12 @@ def test_projector_is_charged_to_the_main_gpu(tmp_path: Path) -> None:
     # (224 / 14)^2 = 256 patches: activations 256 * 64 * 4 * 8, F16 mask 256 * 256 * 2 (FA on)
     assert profile.extra_main_gpu_bytes == weights + 256 * 64 * 4 * 8 + 256 * 256 * 2
     assert any("projector" in w for w in profile.warnings)
+
+
+def test_a_projector_is_not_a_model(tmp_path: Path) -> None:
+    _write_projector(tmp_path / "mmproj.gguf")
+    with pytest.raises(EstimationError, match="pass it as --mmproj"):
+        read_gguf(str(tmp_path / "mmproj.gguf"))
 
 
 def test_profile_for_uses_the_given_profile_or_estimates(tmp_path: Path) -> None:

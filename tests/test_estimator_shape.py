@@ -98,6 +98,13 @@ def test_encoders_are_not_causal_and_have_no_output_projection(tmp_path: Path) -
     assert shape.input_bytes == 512_000 + 524_288 + 2_048 + 1_024
 
 
+def test_rerankers_are_recognised(tmp_path: Path) -> None:
+    metadata = {"{arch}.pooling_type": 4}
+    shape = read_gguf(str(write_tiny(tmp_path, data="header", architecture="bert", encoder=True, metadata=metadata)))
+    assert shape.reranker
+    assert shape.pooling_type == 4
+
+
 def test_unknown_architecture_gets_a_generic_shape_and_a_warning(tmp_path: Path) -> None:
     shape = read_gguf(str(write_tiny(tmp_path, data="header", architecture="mystery")))
     assert not shape.known_architecture

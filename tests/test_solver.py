@@ -205,13 +205,13 @@ ROWS = [
         None,
     ),
     # --- distribution across workers ----------------------------------------------------------
-    # b (700) as RPC server with 5 blocks, a (800) main with 5 blocks + output (750): full offload.
+    # Together: b (700) serves 5 blocks and a (800) holds 5 + output (750), or a serves 6 (800) and
+    # b holds 4 + output (650); both are full offloads on two workers.
     Row(
         "rpc: distribution allowed",
         cluster(worker("a", 800), worker("b", 700)),
         deployment(distributed_inference_across_workers=True),
         (11, 2, 2),
-        layout={"devices": (("b", 0, 5), ("a", 0, 5)), "main": "a"},
     ),
     # Not allowed: a alone holds 5 blocks + output (750): 6 layers.
     Row("rpc: distribution not allowed", cluster(worker("a", 800), worker("b", 700)), deployment(), (6, 1, 1)),

@@ -8,13 +8,14 @@ few activation sizes for one micro-batch of ``ub`` tokens:
 * ``E = n_embd * ub * 4`` (one hidden state), ``F3 = 3 * n_ff * ub * 4`` (gate, up and their
   product), ``M`` the routed experts' activations, ``L = n_vocab * ub * 4`` (the logits);
 * ``m`` the attention masks (one per attention kind, ``n_kv * ub``, F16 with flash attention,
-  F32 without) and ``A`` the attention scores without flash attention (``n_kv * ub * n_head * 4``).
+  F32 without), ``A`` the attention scores without flash attention (``n_kv * ub * n_head * 4``)
+  and ``QO`` the queries and attention output.
 
 Per device, with ``layer = m + M + max(6E + F3, 4E + A + QO)``:
 
 * the device holding the output layer: ``L + 4E + m + M`` (one device), ``L + 5E + 4m + M``
   (pipeline parallelism over several devices, which keeps 4 copies of the inputs), ``L + 4E``
-  with layers left on the host (``L + E`` on the CPU backend);
+  with layers left on the host (``L + E`` on the CPU backend; the estimate adds ``m`` to both);
 * other devices: ``layer`` plus ``E + 3m`` when several devices share a full offload, and
   ``9E`` more on the first of them (it receives the token embeddings);
 * the host: ``4E + m`` (one device), ``10E + 4m`` (several); with layers on the host a GPU build
@@ -38,6 +39,26 @@ CPU backend everywhere (a CPU build, rpc-servers running on CPUs)."""
 PIPELINE_COPIES = 4
 """``GGML_SCHED_MAX_COPIES``: input copies kept when a full offload spans several devices."""
 F32 = 4
+
+# Hidden states (multiples of E) alive at each buffer's peak, fitted to llama.cpp's buffers.
+LAYER_STATES = 6
+"""A GPU running blocks."""
+CPU_PARTIAL_LAYER_STATES = 3
+"""A CPU-backend device (rpc-server) running blocks while others stay on the host."""
+CPU_HOST_LAYER_STATES = 7
+"""The CPU running blocks itself (CPU build)."""
+OUTPUT_STATES = 4
+"""The device holding the output layer, beside the logits."""
+CPU_PARTIAL_OUTPUT_STATES = 1
+"""The same on a CPU-backend device while layers stay on the host."""
+PIPELINE_EXTRA_STATES = 1
+"""Each device when a full offload spans several devices."""
+FIRST_DEVICE_STATES = 9
+"""The first device of such a pipeline (it receives the token embeddings)."""
+HOST_STATES = 4
+HOST_PIPELINE_STATES = 10
+CPU_ONLY_OUTPUT_STATES = 5
+"""A CPU-only run computing the logits."""
 
 
 @dataclass(frozen=True)
@@ -107,26 +128,32 @@ def _mask_cells(shape: ModelShape, cache: CacheGeometry, ub: int) -> tuple[int, 
 
 def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
     """Compute buffers of every device position and of the host, for the memory model."""
-    e, m = act.embd, act.mask
+    e, m, moe = act.embd, act.mask, act.moe
     gpu = backend == "cuda"
-    layer_full = m + act.moe + max(6 * e + act.ffn, 4 * e + act.attention)
-    layer_multi = layer_full + e + (PIPELINE_COPIES - 1) * m
-    layer_partial = m + act.moe + max((6 if gpu else 3) * e + act.ffn, 4 * e + act.attention)
-    output_full = act.logits + 4 * e + m + act.moe
-    output_multi = act.logits + 5 * e + PIPELINE_COPIES * m + act.moe
-    output_partial = act.logits + (4 if gpu else 1) * e + m + act.moe
-    host_partial = 4 * e + m if gpu else m + act.moe + max(7 * e + act.ffn, 4 * e + act.attention)
-    cpu_only = m + act.moe + max(7 * e + act.ffn, 4 * e + act.attention, act.logits + 5 * e)
+    extra_masks = (PIPELINE_COPIES - 1) * m
+
+    def layer(states: int) -> int:
+        return m + moe + max(states * e + act.ffn, 4 * e + act.attention)
+
+    layer_full = layer(LAYER_STATES)
+    layer_multi = layer_full + PIPELINE_EXTRA_STATES * e + extra_masks
+    layer_partial = layer(LAYER_STATES if gpu else CPU_PARTIAL_LAYER_STATES)
+    output_full = act.logits + OUTPUT_STATES * e + m + moe
+    output_multi = output_full + PIPELINE_EXTRA_STATES * e + extra_masks
+    output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m + moe
+    # a GPU build offloads the host's large operations; a CPU build runs its blocks itself
+    host_partial = HOST_STATES * e + m if gpu else layer(CPU_HOST_LAYER_STATES)
+    cpu_only = max(layer(CPU_HOST_LAYER_STATES), m + moe + act.logits + CPU_ONLY_OUTPUT_STATES * e)
     return ComputeEstimate(
         device=ComputeBuffer(
             full_offload_bytes=layer_full, partial_offload_bytes=layer_partial, multi_device_bytes=layer_multi
         ),
         output=max(output_full - layer_full, output_multi - layer_multi, output_partial - layer_partial, 0),
-        first_device=(2 * PIPELINE_COPIES + 1) * e,
+        first_device=FIRST_DEVICE_STATES * e,
         host=ComputeBuffer(
-            full_offload_bytes=4 * e + m,
+            full_offload_bytes=HOST_STATES * e + m,
             partial_offload_bytes=host_partial,
-            multi_device_bytes=(2 + 2 * PIPELINE_COPIES) * e + PIPELINE_COPIES * m,
+            multi_device_bytes=HOST_PIPELINE_STATES * e + PIPELINE_COPIES * m,
         ),
         host_output=max(cpu_only - host_partial, 0),
     )

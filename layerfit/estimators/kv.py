@@ -9,7 +9,8 @@
   in the cache types (quantized types in blocks of 32); MLA layers hold one K-only latent row of
   ``kv_lora_rank + rope_dim``.
 * Recurrent layers keep a float32 state per sequence, whatever the context.
-* Encoder-only models keep no cache; layers that share another layer's cache keep none either.
+* Encoder-only models keep no cache; neither do layers that share another layer's cache, nor
+  multi-token-prediction blocks.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def _attention_bytes(
     shape: ModelShape, layer: int, cache: CacheGeometry, type_k: GGMLQuantizationType, type_v: GGMLQuantizationType
 ) -> int:
     heads_kv = shape.head_count_kv[layer]
-    if not shape.causal or heads_kv == 0 or layer >= shape.block_count - shape.shared_kv_layers:
+    trailing = shape.block_count - layer  # shared-KV and prediction-only blocks sit at the end
+    if not shape.causal or heads_kv == 0 or trailing <= shape.shared_kv_layers + shape.nextn_predict_layers:
         return 0
     swa = shape.swa_layers[layer]
     cells = cache.swa_cells(shape.sliding_window) if swa else cache.full_cells

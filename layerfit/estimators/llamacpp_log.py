@@ -85,10 +85,7 @@ def _accumulate(entries: Iterable[tuple[str, str, float]]) -> dict[str, DeviceMe
         detail = details.setdefault(key, {})
         label = f"{buffer_type} {kind}"
         detail[label] = detail.get(label, 0.0) + mib
-    return {
-        key: DeviceMemory(device=key, details=details[key], **values)
-        for key, values in totals.items()
-    }
+    return {key: DeviceMemory(device=key, details=details[key], **values) for key, values in totals.items()}
 
 
 def parse_buffer_lines(text: str) -> dict[str, DeviceMemory]:
@@ -170,7 +167,9 @@ def _on_host(tensor: TensorInfo, layout: Layout) -> bool:
     return True
 
 
-def reported_host_weight_offset(header: GgufHeader, layout: Layout, *, repack: bool, projection: bool, mmap: bool) -> int:
+def reported_host_weight_offset(
+    header: GgufHeader, layout: Layout, *, repack: bool, projection: bool, mmap: bool
+) -> int:
     """What llama.cpp's host ``model`` figure adds to the weights the host really holds (bytes).
 
     With mmap the ``CPU_Mapped`` buffer is the file range from the first to the last host tensor,

@@ -66,6 +66,8 @@ class ModelShape(Frozen):
     token_shift_count: NonNegInt = 0
     shared_kv_layers: NonNegInt = 0
     """Trailing layers that reuse an earlier layer's KV cache (gemma3n)."""
+    nextn_predict_layers: NonNegInt = 0
+    """Trailing multi-token-prediction blocks: counted in ``block_count``, never given a KV cache."""
     causal: bool = True
     reranker: bool = False
     pooling_type: int | None = None
@@ -257,6 +259,9 @@ def read_gguf(path: str, allow_missing_data: bool = True) -> ModelShape:
 
 def shape_from_header(header: GgufHeader) -> ModelShape:
     arch = header.architecture
+    if arch == "clip":
+        problem = "a multimodal projector, not a language model: pass it as --mmproj"
+        raise EstimationError(header.path, Keys.General.ARCHITECTURE, problem)
     meta = _Meta(header.path, header.metadata, arch)
     warnings: list[str] = []
     if arch not in arch_rules.KNOWN_ARCHITECTURES:
@@ -286,6 +291,9 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     output_weight = tensors.outputs.get("output.weight")
     token_embd = tensors.inputs.get("token_embd.weight")
     tied = output_weight is None and token_embd is not None and causal
+    nextn = min(meta.integer(Keys.LLM.NEXTN_PREDICT_LAYERS, 0), n)
+    if nextn:
+        warnings.append(f"{nextn} multi-token-prediction blocks: weights counted, no KV cache (llama.cpp skips them)")
     output_extra = sum(t.n_bytes for name, t in tensors.outputs.items() if name != "output.weight")
     return ModelShape(
         path=header.path,
@@ -323,6 +331,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         wkv_head_size=meta.integer(Keys.WKV.HEAD_SIZE, 0),
         token_shift_count=meta.integer(Keys.LLM.TOKEN_SHIFT_COUNT, 0),
         shared_kv_layers=meta.integer(Keys.Attention.SHARED_KV_LAYERS, 0),
+        nextn_predict_layers=nextn,
         causal=causal,
         reranker=any(name.startswith("cls.") for name in tensors.outputs) or pooling == POOLING_RANK,
         pooling_type=pooling,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from itertools import accumulate, pairwise
 
 from layerfit.domain.profile import DeviceRole
-from layerfit.solver.instance import Instance
+from layerfit.solver.instance import Instance, SlotKind
 
 
 def layer_ceiling(instance: Instance) -> int:
@@ -24,29 +24,70 @@ def layer_ceiling(instance: Instance) -> int:
     return ceiling
 
 
-def single_worker_layers(instance: Instance, worker: int, gpus: int) -> int:
-    """An upper bound on the GPU layers ``worker`` can hold alone on at most ``gpus`` of its GPUs.
+def block_capacity(instance: Instance, worker: int, kind: SlotKind, gpus: int) -> int:
+    """An upper bound on the blocks ``worker``'s GPUs hold in slots of ``kind`` (RPC servers, or
+    local GPUs of the main worker), using at most ``gpus`` of them.
 
-    Each device holds a contiguous run of blocks that costs at least the same number of the smallest
-    blocks, on top of its role's smallest fixed cost.
+    Each device holds a contiguous run of blocks that costs at least the same number of the
+    smallest blocks, on top of its role's smallest fixed cost.
     """
     costs = instance.costs
-    local_costs = [cost for kind, cost in costs.device.items() if kind.role is not DeviceRole.RPC]
-    overhead = min(local_costs)
-    prefix = costs.block_prefix_down
-    smallest_first = sorted(b - a for a, b in pairwise(prefix))
-    cumulative = list(accumulate(smallest_first))
-    capacities = sorted(
-        (
-            instance.classes[c].capacity
-            for c in instance.workers[worker].classes
-            if instance.classes[c].local_ok
-            for _ in range(instance.classes[c].count)
-        ),
-        reverse=True,
-    )[:gpus]
-    blocks = sum(_blocks_within(cumulative, capacity - overhead) for capacity in capacities)
-    return min(blocks, instance.n_blocks) + (1 if capacities else 0)
+    roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
+    overhead = min(cost for device, cost in costs.device.items() if device.role in roles)
+    cumulative = _smallest_first_cumulative(instance)
+    eligible = [
+        instance.classes[c]
+        for c in instance.workers[worker].classes
+        if (instance.classes[c].rpc_ok if kind is SlotKind.RPC else instance.classes[c].local_ok)
+    ]
+    capacities = sorted((cls.capacity for cls in eligible for _ in range(cls.count)), reverse=True)[:gpus]
+    return sum(_blocks_within(cumulative, capacity - overhead) for capacity in capacities)
+
+
+def single_worker_layers(instance: Instance, worker: int, gpus: int) -> int:
+    """An upper bound on the GPU layers ``worker`` can hold alone on at most ``gpus`` of its GPUs."""
+    blocks = block_capacity(instance, worker, SlotKind.LOCAL, gpus)
+    has_gpu = any(instance.classes[c].local_ok for c in instance.workers[worker].classes)
+    return min(blocks, instance.n_blocks) + (1 if has_gpu and gpus > 0 else 0)
+
+
+def multi_worker_candidates(instance: Instance, workers: int, ceiling: int) -> tuple[frozenset[int], frozenset[int]]:
+    """Main workers and rpc-server workers that can be part of a layout with ``workers`` workers
+    reaching ``ceiling`` GPU layers, by the capacity bound above (the output layer adds one)."""
+    n = instance.n_blocks
+    local = {
+        w: block_capacity(instance, w, SlotKind.LOCAL, instance.local_slots)
+        for w, view in enumerate(instance.workers)
+        if view.main_ok
+    }
+    remote = {
+        w: block_capacity(instance, w, SlotKind.RPC, instance.rpc_slots)
+        for w, view in enumerate(instance.workers)
+        if view.rpc_ok
+    }
+    remote = {w: blocks for w, blocks in remote.items() if blocks > 0}
+    ranked = sorted(remote.values(), reverse=True)
+
+    def top(count: int, without: int) -> int:
+        """The ``count`` largest RPC capacities, leaving out ``without``'s own once."""
+        chosen = ranked[: count + 1]
+        if without in remote and remote[without] in chosen:
+            chosen.remove(remote[without])
+        return sum(chosen[:count])
+
+    best_local = max(local.values(), default=-1)
+    mains = frozenset(w for w, blocks in local.items() if min(n, blocks + top(workers - 1, w)) + 1 >= ceiling)
+    rpc = frozenset(
+        v
+        for v, blocks in remote.items()
+        if best_local >= 0 and min(n, blocks + best_local + top(workers - 2, v)) + 1 >= ceiling
+    )
+    return mains, rpc
+
+
+def _smallest_first_cumulative(instance: Instance) -> list[int]:
+    prefix = instance.costs.block_prefix_down
+    return list(accumulate(sorted(b - a for a, b in pairwise(prefix))))
 
 
 def _blocks_within(cumulative: list[int], room: int) -> int:

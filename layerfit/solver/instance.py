@@ -29,7 +29,7 @@ from layerfit.domain.cluster import Cluster, Gpu, Worker
 from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import DeviceRole, MemoryProfile
-from layerfit.memory import layer_devices
+from layerfit.memory import split_layers
 from layerfit.solver.costs import Costs, memory_costs
 from layerfit.solver.scale import Scale, choose_scale, tie_break_unit
 
@@ -147,16 +147,36 @@ class Instance:
     def worker_index(self, name: str) -> int | None:
         return next((w for w, view in enumerate(self.workers) if view.name == name), None)
 
-    def restricted(self, *, rpc_slots: int, local_slots: int, mains: frozenset[int] | None = None) -> Instance:
-        """The same deployment with fewer slots and, optionally, fewer candidate main workers.
+    def restricted(
+        self,
+        *,
+        rpc_slots: int,
+        local_slots: int,
+        mains: frozenset[int] | None = None,
+        rpc_workers: frozenset[int] | None = None,
+    ) -> Instance:
+        """The same deployment with fewer slots and, optionally, fewer candidate main workers and
+        rpc-server workers.
 
-        Used once a tier is known: every layout that can still be optimal fits the smaller model.
+        Used once a tier is known or bounded: every layout that can still be optimal fits the
+        smaller model.
         """
-        workers = self.workers
-        classes = self.classes
-        if mains is not None:
-            workers = tuple(replace(view, main_ok=view.main_ok and w in mains) for w, view in enumerate(workers))
-            classes = tuple(replace(cls, local_ok=cls.local_ok and workers[cls.worker].main_ok) for cls in classes)
+        workers = tuple(
+            replace(
+                view,
+                main_ok=view.main_ok and (mains is None or w in mains),
+                rpc_ok=view.rpc_ok and (rpc_workers is None or w in rpc_workers),
+            )
+            for w, view in enumerate(self.workers)
+        )
+        classes = tuple(
+            replace(
+                cls,
+                local_ok=cls.local_ok and workers[cls.worker].main_ok,
+                rpc_ok=cls.rpc_ok and workers[cls.worker].rpc_ok,
+            )
+            for cls in self.classes
+        )
         return replace(
             self,
             workers=workers,
@@ -253,22 +273,15 @@ def _rules(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
 
 
 def _tensor_split(tensor_split: Iterable[float], n_blocks: int, order: OffloadOrder) -> TensorSplit:
-    """For every GPU-layer count, what llama.cpp gives each device; counts leaving a device empty are
-    dropped (such a device could not be part of the layout)."""
+    """For every GPU-layer count, the blocks llama.cpp gives each device (``memory.split_layers``),
+    as ``check`` reads a split; counts leaving a device other than the last empty are dropped (such
+    a device could not be part of the layout)."""
     shares = tuple(share for share in tensor_split if share > 0)
     table: dict[int, tuple[int, ...]] = {}
-    last = len(shares) - 1
     for layers in range(1, n_blocks + 2):
-        devices = layer_devices(n_blocks, layers, shares, order)
-        per_device = [0] * len(shares)
-        for device in devices[:n_blocks]:
-            if device is not None:
-                per_device[device] += 1
-        output_device = devices[n_blocks]
-        if output_device is not None and output_device != last:
-            continue
-        if all(per_device[:last]) and (per_device[last] or output_device == last):
-            table[layers] = tuple(per_device)
+        _, per_device, output = split_layers(n_blocks, layers, shares, order)
+        if all(per_device[:-1]) and (per_device[-1] or output):
+            table[layers] = per_device
     return TensorSplit(shares=shares, blocks_by_layers=table)
 
 

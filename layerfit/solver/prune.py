@@ -5,10 +5,11 @@ least ``B``'s allocatable RAM, and ``D``'s candidate GPUs for that role, largest
 least as large as ``B``'s (missing GPUs count as zero); identical workers are ordered by position.
 This order is strict and transitive.
 
-A layout involves at most ``1 + rpc_slots`` workers. If ``B`` has more dominators than the other
-workers a layout can involve, some dominator ``D`` is unused in any layout using ``B``; moving
-``B``'s role to ``D`` (its i-th largest GPU to ``D``'s i-th largest) keeps every device and pool
-within capacity and changes neither the layers, nor the worker count, nor the GPU count. Repeating
+A layout involves at most ``1 + rpc_slots`` workers (fewer when the worker count is fixed). If
+``B`` has more dominators than the other workers a layout can involve, some dominator ``D`` is
+unused in any layout using ``B``; moving ``B``'s role to ``D`` (its i-th largest GPU to ``D``'s
+i-th largest) keeps every device and pool within capacity and changes neither the layers, nor the
+worker count, nor the GPU count. Repeating
 the exchange ends at an unpruned worker. So removing ``B`` from that role keeps an optimum of the
 strict tiers. It may lose the tie-break optimum (binpack prefers smaller GPUs), so the tie-break
 stage runs on the unpruned candidates.
@@ -21,9 +22,13 @@ from dataclasses import replace
 from layerfit.solver.instance import Instance, SlotKind
 
 
-def prune_dominated(instance: Instance) -> Instance:
-    """The instance without workers' roles that more dominators than a layout's other workers cover."""
-    others = instance.rpc_slots  # workers in a layout besides any given one
+def prune_dominated(instance: Instance, others: int | None = None) -> Instance:
+    """The instance without workers' roles that more dominators than a layout's other workers cover.
+
+    ``others``: how many other workers a layout can involve besides any given one (default: one per
+    RPC slot).
+    """
+    others = instance.rpc_slots if others is None else others
     rpc_pruned = _dominated(instance, SlotKind.RPC, instance.rpc_slots, others)
     main_pruned = _dominated(instance, SlotKind.LOCAL, instance.local_slots, others)
     if not rpc_pruned and not main_pruned:

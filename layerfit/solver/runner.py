@@ -57,12 +57,16 @@ def solver_for(config: PlannerConfig, time_limit_s: float) -> cp_model.CpSolver:
 
     Linearization level 2 puts every constraint into the LP relaxation: the GPU and worker counts
     get useful bounds, which multi-worker layouts on large clusters need to be proven optimal.
+    Presolve's detection of included linear constraints is off: in CP-SAT 9.15 it proved some
+    feasible models of this shape infeasible (enforced RAM rows whose coefficients are near
+    multiples of a large common factor).
     """
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = config.num_search_workers
     solver.parameters.random_seed = config.seed
     solver.parameters.linearization_level = 2
+    solver.parameters.presolve_inclusion_work_limit = 0
     return solver
 
 

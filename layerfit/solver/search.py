@@ -1,19 +1,21 @@
 """Solving one deployment: which models to solve, in which order, and what the answer is.
 
-The tiers are decided in this order:
+The strict tiers (layers, workers, GPUs) are decided first, then the tie-break:
 
-1. **Single worker, growing GPU count.** For ``k = 1, 2, ...`` GPUs, a small model restricted to
-   one worker (no RPC slot, ``k`` local slots) asks for the layer ceiling (every layer, or the
-   user's ``-ngl``) on exactly ``k`` GPUs and minimises the tie-break. Workers whose GPUs cannot
-   reach the ceiling on ``k`` GPUs (a capacity bound, see ``bounds``) are left out of that model.
-   The first ``k`` with a solution is optimal on every strict tier: no layout has more layers, one
-   worker is the fewest, and every smaller ``k`` was proven impossible. This is GPUStack's order
-   (single GPU, then several GPUs of one worker), but each step is an exact search.
-2. **General model.** Otherwise (partial offload, RPC servers needed, ``-ts``), the full model
-   maximises the weighted strict tiers from the heuristic's layout as a complete hint; then a
-   model restricted to that many GPUs and workers, with the tiers fixed, minimises the tie-break.
-3. **Alternatives.** On the final model, each re-solve excludes the GPU sets (with their main
-   worker) already returned.
+1. **Every layer on GPUs, fewest workers first.** With ``t = 1, 2, ...`` workers, a model
+   restricted to layouts with ``t`` workers asks for the layer ceiling (every layer, or the user's
+   ``-ngl``) and the fewest GPUs. Workers that cannot take part in such a layout by a capacity
+   bound (``bounds``) are left out, and for ``t >= 2`` dominated workers too (``prune``). With
+   one worker the GPU count grows one by one (``k = 1, 2, ...`` local slots): GPUStack's order
+   (one GPU, then several GPUs of one worker), but each step is an exact search. The first
+   ``t`` with a solution gives the optimal strict tiers: no layout has more layers, every smaller
+   ``t`` (and ``k``) was proven impossible.
+2. **General model.** When no worker count reaches the ceiling (partial offload, CPU only), the
+   full model maximises the weighted strict tiers from the heuristic's layout as a complete hint.
+3. **Tie-break.** A model restricted to the optimal GPU count and to the candidates of step 1 or
+   2 (before dominance pruning), with the strict tiers fixed, minimises the policy's tie-break.
+4. **Alternatives.** On that model, each re-solve excludes the GPU sets (with their main worker)
+   already returned.
 
 Every decoded layout is checked again in bytes with ``layerfit.check``; a violation is a bug and
 raises ``SolverError``. With one search worker and a fixed seed the answer is reproducible as long
@@ -23,7 +25,7 @@ as no time limit is hit.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
@@ -36,7 +38,7 @@ from layerfit.domain.plan import Candidate, EngineStats, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.memory import claims
-from layerfit.solver.bounds import layer_ceiling, single_worker_layers
+from layerfit.solver.bounds import layer_ceiling, multi_worker_candidates, single_worker_layers
 from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.decode import decision_values
 from layerfit.solver.instance import Instance, build_instance
@@ -106,7 +108,7 @@ def solve(
     clock = _Clock(config.time_limit_s)
     trace = _Trace()
     instance = build_instance(cluster, deployment, profile, config)
-    outcome: _Outcome | Status = _single_worker_search(instance, hint, config, clock, trace)
+    outcome = _ceiling_search(instance, hint, config, clock, trace)
     if not isinstance(outcome, _Outcome):
         outcome = _general_search(instance, hint, config, clock, trace)
     if not isinstance(outcome, _Outcome):
@@ -151,13 +153,26 @@ def layout_is_feasible_in_model(
 # ---------------------------------------------------------------------------------------------
 
 
-def _single_worker_search(
+def _ceiling_search(
     instance: Instance, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
 ) -> _Outcome | Status:
-    """Step 1: the layer ceiling on one worker with ``k = 1, 2, ...`` GPUs; ``UNKNOWN`` = go on."""
+    """Step 1: the layer ceiling with ``t = 1, 2, ...`` workers. ``INFEASIBLE``: no worker count
+    reaches it (proven); ``UNKNOWN``: a step ran out of time."""
     ceiling = layer_ceiling(instance)
     if ceiling == 0:
-        return Status.UNKNOWN
+        return Status.INFEASIBLE
+    found = _single_worker_search(instance, ceiling, hint, config, clock, trace)
+    for workers in range(2, instance.rpc_slots + 2):
+        if found is not Status.INFEASIBLE:
+            break
+        found = _multi_worker_search(instance, ceiling, workers, hint, config, clock, trace)
+    return found
+
+
+def _single_worker_search(
+    instance: Instance, ceiling: int, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
+) -> _Outcome | Status:
+    """The ceiling on one worker with exactly ``k = 1, 2, ...`` GPUs, tie-break included."""
     split = instance.rules.tensor_split
     gpu_counts = range(1, instance.local_slots + 1) if split is None else (split.n_devices,)
     for k in gpu_counts:
@@ -175,17 +190,12 @@ def _single_worker_search(
         built.model.add(tiers.layers == ceiling)
         built.model.add(tiers.gpus == k)
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=True))
-        hinted = False
-        if hint is not None and not hint.rpc_devices and len(hint.devices) == k and hint.gpu_layers == ceiling:
-            trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
-            hinted = trace.hint == "accepted"
-        result = trace.record(f"single-worker-{k}", run(built, config, clock.remaining()))
-        if result.status == cp_model.INFEASIBLE and hinted:
-            return Status.UNKNOWN  # CP-SAT contradicts a known solution: trust neither, go on
-        if result.status == cp_model.INFEASIBLE:
+        hinted = _hint_if(built, hint, (ceiling, 1, k), config, clock, trace)
+        result = trace.record(f"one-worker-{k}-gpus", run(built, config, clock.remaining()))
+        if result.status == cp_model.INFEASIBLE and not hinted:
             continue
         if not result.found:
-            return Status.UNKNOWN
+            return Status.UNKNOWN  # out of time, or CP-SAT contradicting a known solution
         return _Outcome(
             built=built,
             best=result,
@@ -196,13 +206,54 @@ def _single_worker_search(
             tie_break_proven=result.status == cp_model.OPTIMAL,
             bound=result.bound,
         )
-    return Status.UNKNOWN
+    return Status.INFEASIBLE
+
+
+def _multi_worker_search(
+    instance: Instance,
+    ceiling: int,
+    workers: int,
+    hint: Layout | None,
+    config: PlannerConfig,
+    clock: _Clock,
+    trace: _Trace,
+) -> _Outcome | Status:
+    """The ceiling with exactly ``workers`` workers on the fewest GPUs, then the tie-break."""
+    mains, rpc = multi_worker_candidates(instance, workers, ceiling)
+    if not mains or len(rpc) < workers - 1:
+        return Status.INFEASIBLE
+    candidates = instance.restricted(
+        rpc_slots=instance.rpc_slots, local_slots=instance.local_slots, mains=mains, rpc_workers=rpc
+    )
+    built = build_model(prune_dominated(candidates, others=workers - 1))
+    tiers = strict_tiers(built.instance, built.variables)
+    built.model.add(tiers.layers == ceiling)
+    built.model.add(tiers.workers == workers)
+    built.model.minimize(tiers.gpus)
+    hinted = _hint_if(built, hint, (ceiling, workers, None), config, clock, trace)
+    result = trace.record(f"{workers}-workers", run(built, config, clock.remaining()))
+    if result.status == cp_model.INFEASIBLE and not hinted:
+        return Status.INFEASIBLE
+    if not result.found:
+        return Status.UNKNOWN
+    gpus = result.value(tiers.gpus)
+    outcome = _Outcome(
+        built=built,
+        best=result,
+        layers=ceiling,
+        workers=workers,
+        gpus=gpus,
+        strict_proven=result.status == cp_model.OPTIMAL,
+        tie_break_proven=False,
+        bound=result.bound,
+    )
+    return _tie_break_stage(candidates, outcome, config, clock, trace) if outcome.strict_proven else outcome
 
 
 def _general_search(
     instance: Instance, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
 ) -> _Outcome | Status:
-    """Step 2: the weighted strict tiers on the full model, then the tie-break on a smaller one."""
+    """Step 2: the weighted strict tiers on the full model, then the tie-break."""
     built = build_model(prune_dominated(instance))
     if hint is not None:
         trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
@@ -213,38 +264,54 @@ def _general_search(
         # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
         proven_empty = first.status == cp_model.INFEASIBLE and trace.hint != "accepted"
         return Status.INFEASIBLE if proven_empty else Status.UNKNOWN
-    layers, workers, gpus = first.value(tiers.layers), first.value(tiers.workers), first.value(tiers.gpus)
     outcome = _Outcome(
         built=built,
         best=first,
-        layers=layers,
-        workers=workers,
-        gpus=gpus,
+        layers=first.value(tiers.layers),
+        workers=first.value(tiers.workers),
+        gpus=first.value(tiers.gpus),
         strict_proven=first.status == cp_model.OPTIMAL,
         tie_break_proven=False,
         bound=first.bound,
     )
-    if not outcome.strict_proven:
-        return outcome
-    narrow = build_model(instance.restricted(rpc_slots=gpus if workers > 1 else 0, local_slots=gpus))
+    return _tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
+
+
+def _tie_break_stage(
+    candidates: Instance, outcome: _Outcome, config: PlannerConfig, clock: _Clock, trace: _Trace
+) -> _Outcome:
+    """Step 3: with the strict tiers fixed, the tie-break over ``candidates`` (not dominance-pruned)
+    restricted to the optimal GPU count."""
+    gpus = outcome.gpus
+    narrow = build_model(candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus))
     fixed = strict_tiers(narrow.instance, narrow.variables)
-    for expression, value in ((fixed.layers, layers), (fixed.workers, workers), (fixed.gpus, gpus)):
+    for expression, value in ((fixed.layers, outcome.layers), (fixed.workers, outcome.workers), (fixed.gpus, gpus)):
         narrow.model.add(expression == value)
     narrow.model.minimize(tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0))
-    hint_layout(narrow, first.layout(built), config, clock.remaining() * HINT_TIME_FRACTION)
-    second = trace.record("tie-break", run(narrow, config, clock.remaining()))
-    if not second.found:
+    hint_layout(narrow, outcome.best.layout(outcome.built), config, clock.remaining() * HINT_TIME_FRACTION)
+    result = trace.record("tie-break", run(narrow, config, clock.remaining()))
+    if not result.found:
         return outcome
-    return _Outcome(
-        built=narrow,
-        best=second,
-        layers=layers,
-        workers=workers,
-        gpus=gpus,
-        strict_proven=True,
-        tie_break_proven=second.status == cp_model.OPTIMAL,
-        bound=first.bound,
-    )
+    return replace(outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL)
+
+
+def _hint_if(
+    built: BuiltModel,
+    hint: Layout | None,
+    tiers: tuple[int, int, int | None],
+    config: PlannerConfig,
+    clock: _Clock,
+    trace: _Trace,
+) -> bool:
+    """Hint a restricted model with the heuristic's layout when its tiers match the restriction
+    (``None``: any GPU count); whether the model accepted it."""
+    if hint is None:
+        return False
+    layers, workers, gpus = tiers
+    if hint.gpu_layers != layers or len(hint.workers) != workers or gpus not in (None, len(hint.devices)):
+        return False
+    trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+    return trace.hint == "accepted"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from layerfit.solver.constraints.lookup import lookup
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Expr, Variables
 
@@ -36,7 +35,7 @@ def _main_ram(model: cp_model.CpModel, instance: Instance, variables: Variables)
         kept: Expr = costs.uniform_host_block * variables.cpu_blocks
     else:
         kept = model.new_int_var(0, costs.host_prefix_up[-1], "host_kept_blocks")
-        lookup(model, variables.cpu_blocks, costs.host_prefix_up, kept, "host_kept")
+        model.add_element(variables.cpu_blocks, costs.host_prefix_up, kept)
     _host_kind(model, variables)
     fixed = sum(costs.host[kind] * chosen for kind, chosen in variables.host_kind.items())
     return fixed + kept

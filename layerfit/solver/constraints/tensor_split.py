@@ -1,7 +1,7 @@
 """A user ``-ts``: the layout is what llama.cpp makes of the split over the layout's devices.
 
 The non-zero shares map, in device order, onto exactly that many devices. For each GPU-layer count
-the instance has the blocks llama.cpp gives each device; table lookups pick the row. A
+the instance has the blocks llama.cpp gives each device; element constraints pick the row. A
 local slot's place in the device order is the number of used RPC slots plus its position.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from layerfit.solver.constraints.lookup import lookup
 from layerfit.solver.instance import Instance, SlotKind
 from layerfit.solver.variables import Variables
 
@@ -33,5 +32,5 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
     for slot in slots:
         place = slot.position if slot.kind is SlotKind.RPC else rpc_used + slot.position
         share = model.new_int_var(0, instance.n_blocks, f"split_blocks_{slot.name}")
-        lookup(model, layers * width + place, table, share, f"split_{slot.name}")
+        model.add_element(layers * width + place, table, share)
         model.add(slot.blocks == share).only_enforce_if(slot.used)

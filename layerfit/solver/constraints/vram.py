@@ -1,6 +1,6 @@
 """Per-device VRAM: what each used slot needs fits its GPU's allocatable VRAM.
 
-A device needs its blocks' weights and KV (a prefix-sum difference: table lookups when
+A device needs its blocks' weights and KV (a prefix-sum difference: element constraints when
 blocks differ in size, a product when they are all alike), the fixed and compute cost of its
 device kind, the output layer when it holds it, and the input copies when it is the first device
 of a full offload over several devices. All figures come from ``layerfit.memory``.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from layerfit.solver.constraints.lookup import lookup
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Expr, SlotVars, Variables
 
@@ -38,6 +37,6 @@ def _blocks_cost(model: cp_model.CpModel, instance: Instance, slot: SlotVars) ->
     model.add(end == slot.start + slot.blocks)
     before_end = model.new_int_var(0, top, f"{slot.name}_prefix_end")
     before_start = model.new_int_var(0, top, f"{slot.name}_prefix_start")
-    lookup(model, end, costs.block_prefix_up, before_end, f"{slot.name}_end")
-    lookup(model, slot.start, costs.block_prefix_down, before_start, f"{slot.name}_start")
+    model.add_element(end, costs.block_prefix_up, before_end)
+    model.add_element(slot.start, costs.block_prefix_down, before_start)
     return before_end - before_start
