@@ -186,11 +186,13 @@ def rule_reasons(
                 message=f"{rpc_count} RPC servers, at most {config.max_rpc_servers} allowed",
             )
         )
-    if deployment.kind is ModelKind.IMAGE and (len(layout.devices) != 1 or not layout.full_offload):
+    if deployment.kind is ModelKind.IMAGE and (
+        len(layout.devices) != 1 or not layout.full_offload or layout.rpc_devices
+    ):
         reasons.append(
             Reason(
                 kind=ReasonKind.IMAGE_MODEL_SPLIT,
-                message="image models run fully offloaded on a single GPU only",
+                message="image models run fully offloaded on a single GPU of their own worker only",
             )
         )
     return tuple(reasons)
