@@ -47,7 +47,7 @@ def choose_scale(sizes: Iterable[int]) -> Scale:
     return Scale(unit_bytes=coarse, exact=False)
 
 
-TIE_BREAK_RESOLUTION = 1 << 20
+TIE_BREAK_RESOLUTION = 1 << 10
 """Distinct values a tie-break coefficient may take: capacities are divided to stay below it."""
 
 
