@@ -132,7 +132,7 @@ def test_switches_rpc_cap_and_image_models() -> None:
     assert kinds(image, FULL_A0) == []
     assert kinds(image, make_layout("a", 10, [dev("a", 1, 4), dev("a", 0, 6)])) == [ReasonKind.IMAGE_MODEL_SPLIT]
     # one GPU, but behind an rpc-server of another worker: not for image models
-    remote = make_layout("a", 10, [dev("u", 0, 10)])
+    remote = make_layout("b", 10, [dev("a", 0, 10)])
     assert kinds(deployment(kind=ModelKind.IMAGE, distributed_inference_across_workers=True), remote) == [
         ReasonKind.IMAGE_MODEL_SPLIT
     ]
