@@ -8,11 +8,10 @@ from layerfit.check import check_layout
 from layerfit.domain.base import format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
-from layerfit.domain.deployment import Deployment
-from layerfit.domain.layout import DeviceAssignment
+from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.plan import Plan, ReasonKind, Relaxation
 from layerfit.domain.profile import MemoryProfile
-from layerfit.memory import make_layout
+from layerfit.layouts import single_gpu_layouts, worker_layouts
 
 PlanFunction = Callable[[Cluster, Deployment, PlannerConfig, MemoryProfile], Plan]
 ProfileFunction = Callable[[Deployment], MemoryProfile]
@@ -87,36 +86,37 @@ def ctx_relaxation(
 def free_memory_relaxation(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
 ) -> Relaxation | None:
-    """The GPU where freeing the fewest bytes would allow a full offload on that GPU alone."""
+    """The full-offload layout on one worker (one GPU, or its largest GPUs sharing the blocks) that
+    needs the fewest bytes freed, and where to free them."""
     best: tuple[int, Relaxation] | None = None
-    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
-    for worker in cluster.workers:
-        for gpu in worker.gpus:
-            if selected is not None and (worker.name, gpu.index) not in selected:
-                continue
-            single = DeviceAssignment(worker=worker.name, gpu_index=gpu.index, blocks=profile.n_blocks)
-            layout = make_layout(worker.name, profile.n_blocks, [single], config.offload_order)
-            reasons = check_layout(cluster, deployment, profile, layout, config)
-            if any(reason.kind not in _CAPACITY for reason in reasons):
-                continue
-            short = sum(reason.shortfall_bytes or 0 for reason in reasons)
-            vram_short = sum(r.shortfall_bytes or 0 for r in reasons if r.kind is ReasonKind.INSUFFICIENT_VRAM)
-            ram_short = short - vram_short
-            parts = []
-            if vram_short:
-                parts.append(f"{format_bytes(vram_short)} VRAM on {worker.name}:{gpu.type}:{gpu.index}")
-            if ram_short:
-                parts.append(f"{format_bytes(ram_short)} RAM on {worker.name}")
-            relaxation = Relaxation(
-                kind="free_vram" if vram_short else "free_ram",
-                message="free " + " and ".join(parts) + " to run it fully offloaded on that GPU",
-                value=short,
-                worker=worker.name,
-                gpu_index=gpu.index,
-                gpu_layers=profile.n_layers,
-            )
-            if best is None or short < best[0]:
-                best = (short, relaxation)
+    layouts = single_gpu_layouts(cluster, deployment, profile, config)
+    if deployment.kind is not ModelKind.IMAGE:
+        for worker in cluster.workers:
+            layouts += worker_layouts(worker, profile, config)
+    for layout in layouts:
+        reasons = check_layout(cluster, deployment, profile, layout, config)
+        if not reasons or any(reason.kind not in _CAPACITY for reason in reasons):
+            continue
+        short = sum(reason.shortfall_bytes or 0 for reason in reasons)
+        if best is not None and short >= best[0]:
+            continue
+        parts = []
+        for reason in reasons:
+            where = f"{reason.worker}:{reason.gpu_index}" if reason.gpu_index is not None else f"{reason.worker}"
+            what = {"vram": "VRAM", "ram": "RAM", "unified": "unified memory"}.get(reason.resource or "", "")
+            parts.append(f"{format_bytes(reason.shortfall_bytes or 0)} {what} on {where}")
+        gpus = ", ".join(f"{d.worker}:{d.gpu_index}" for d in layout.devices)
+        vram_short = any(reason.kind is ReasonKind.INSUFFICIENT_VRAM for reason in reasons)
+        first = layout.devices[0]
+        relaxation = Relaxation(
+            kind="free_vram" if vram_short else "free_ram",
+            message="free " + " and ".join(parts) + f" to run it fully offloaded on {gpus}",
+            value=short,
+            worker=first.worker,
+            gpu_index=first.gpu_index if len(layout.devices) == 1 else None,
+            gpu_layers=profile.n_layers,
+        )
+        best = (short, relaxation)
     return None if best is None else best[1]
 
 

@@ -36,7 +36,7 @@ from ortools.sat.python import cp_model
 
 from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
 from layerfit.domain.base import MiB
-from layerfit.domain.cluster import Cluster, Worker
+from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.fleet import (
@@ -49,12 +49,12 @@ from layerfit.domain.fleet import (
     Placement,
     UnplacedReplica,
 )
-from layerfit.domain.layout import Claims, DeviceAssignment, Layout
+from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
+from layerfit.layouts import single_gpu_layouts, worker_layouts
 from layerfit.memory import claims as compute_claims
-from layerfit.memory import layout_from_flags, make_layout
 
 # ---------------------------------------------------------------------------------------------
 # Candidate generation
@@ -63,48 +63,12 @@ from layerfit.memory import layout_from_flags, make_layout
 CandidateSet = tuple[tuple[Layout, Claims], ...]
 
 
-def single_gpu_layouts(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
-) -> list[Layout]:
-    """A full offload on each (selected) GPU of the cluster, fitting or not."""
-    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
-    layouts = []
-    for worker in cluster.workers:
-        for gpu in worker.gpus:
-            if selected is not None and (worker.name, gpu.index) not in selected:
-                continue
-            block = DeviceAssignment(worker=worker.name, gpu_index=gpu.index, blocks=profile.n_blocks)
-            layouts.append(make_layout(worker.name, profile.n_blocks, [block], config.offload_order))
-    return layouts
-
-
 def _stratified(items: Sequence[Layout], limit: int, offset: int) -> list[Layout]:
     """At most ``limit`` items spread evenly over ``items``, starting at a per-deployment offset."""
     if limit <= 0 or len(items) <= limit:
         return list(items)
     step = len(items) / limit
     return [items[int((i * step + offset % max(1, int(step))) % len(items))] for i in range(limit)]
-
-
-def worker_layouts(worker: Worker, profile: MemoryProfile, config: PlannerConfig) -> list[Layout]:
-    """Full offloads on the fewest GPUs of one worker: the k largest GPUs, blocks split in proportion
-    to what each GPU has left after its fixed and compute costs (llama.cpp's split rule decides)."""
-    gpus = sorted(worker.gpus, key=lambda g: (-g.allocatable_vram_bytes, g.index))
-    layouts = []
-    for count in range(2, len(gpus) + 1):
-        chosen = sorted(gpus[:count], key=lambda g: g.index)
-        shares = [max(1, g.allocatable_vram_bytes - profile.local.fixed_bytes) for g in chosen]
-        layouts.append(
-            layout_from_flags(
-                worker.name,
-                [(worker.name, g.index) for g in chosen],
-                profile.n_blocks,
-                profile.n_layers,
-                [float(share) for share in shares],
-                config.offload_order,
-            )
-        )
-    return layouts
 
 
 def generate_candidates(
@@ -675,8 +639,6 @@ __all__ = [
     "plan_fleet",
     "plan_sequential",
     "priority_weights",
-    "single_gpu_layouts",
     "subtract",
     "valid_candidates",
-    "worker_layouts",
 ]

@@ -240,3 +240,11 @@ def test_unknown_worker_in_selection() -> None:
         cluster.gpu(GpuRef.parse("ghost:cuda:0"))
     with pytest.raises(InputError, match="a:cuda:5 does not exist"):
         cluster.gpu(GpuRef.parse("a:cuda:5"))
+
+
+def test_copies_do_not_keep_stale_lookups() -> None:
+    cluster = Cluster(workers=(_worker("a", _gpu(0)),))
+    assert cluster.worker("a").gpus[0].allocatable_vram_bytes == 20 * GiB  # fills the cached index
+    bigger = _worker("a", _gpu(0, total=40 * GiB, allocatable=30 * GiB))
+    copy = cluster.model_copy(update={"workers": (bigger,)})
+    assert copy.worker("a").gpus[0].allocatable_vram_bytes == 30 * GiB

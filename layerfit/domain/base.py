@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -49,6 +51,19 @@ class Frozen(BaseModel):
     """Immutable, strict-about-unknown-fields base model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy without the source's cached lookups, which ``update`` may have made stale."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _cached_properties(type(self)):
+            copy.__dict__.pop(name, None)
+        return copy
+
+
+def _cached_properties(cls: type) -> tuple[str, ...]:
+    return tuple(
+        name for klass in cls.__mro__ for name, value in vars(klass).items() if isinstance(value, cached_property)
+    )
 
 
 def format_bytes(n_bytes: int) -> str:

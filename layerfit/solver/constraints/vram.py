@@ -15,8 +15,10 @@ from layerfit.solver.variables import Expr, SlotVars, Variables
 
 
 def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
-    for slot in variables.slots:
-        blocks_cost = _blocks_cost(model, instance, slot)
+    block_costs = [_blocks_cost(model, instance, slot) for slot in variables.slots]
+    if instance.costs.uniform_block is None and variables.slots:
+        _offloaded_total(model, instance, variables, block_costs)
+    for slot, blocks_cost in zip(variables.slots, block_costs, strict=True):
         fixed = sum(instance.costs.device[kind] * chosen for kind, chosen in slot.device_kind.items())
         first = 0 if slot.first_full is None else instance.costs.first_device * slot.first_full
         model.add(slot.need == blocks_cost + fixed + instance.costs.output * slot.holds_output + first)
@@ -25,6 +27,18 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         # most one unit of rounding between the two prefix tables when scaling is inexact.
         slack = 0 if instance.scale.exact else 1
         model.add(slot.need <= capacity + slack * (1 - slot.used))
+
+
+def _offloaded_total(
+    model: cp_model.CpModel, instance: Instance, variables: Variables, block_costs: list[Expr]
+) -> None:
+    """Redundant: the devices' block costs add up to every offloaded block (the prefix sums
+    telescope). It gives the linear relaxation the total to place, which element constraints
+    alone do not."""
+    prefix = instance.costs.block_prefix_down
+    kept = model.new_int_var(0, prefix[-1], "gpu_prefix_at_cpu_blocks")
+    model.add_element(variables.cpu_blocks, prefix, kept)
+    model.add(sum(block_costs) >= prefix[-1] - kept)
 
 
 def _blocks_cost(model: cp_model.CpModel, instance: Instance, slot: SlotVars) -> Expr:

@@ -1,0 +1,81 @@
+"""plan(): the full chain on the bundled examples, and explanations that really make things fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from layerfit.check import check
+from layerfit.domain import Cluster, Deployment, PlannerConfig, Status, StrategyClass
+from layerfit.io import load_file
+from layerfit.planner import plan, resolve_profile
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+CONFIG = PlannerConfig(time_limit_s=5.0)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Cluster:
+    return load_file(Cluster, EXAMPLES / "cluster.yaml")
+
+
+def test_example_is_placed_optimally_and_passes_check(cluster: Cluster) -> None:
+    deployment = load_file(Deployment, EXAMPLES / "deployment.yaml")
+    result = plan(cluster, deployment, CONFIG)
+    assert result.status is Status.OPTIMAL and result.best is not None
+    # about 42 GiB fits on gpu-a's two 22 GiB GPUs: one worker beats distribution
+    assert result.strategy is StrategyClass.MULTI_GPU and result.best.layout.full_offload
+    assert check(cluster, deployment, result, resolve_profile(deployment), CONFIG) == ()
+    assert result.commands[-1].program == "llama-server" and "--fit" in result.commands[-1].argv
+    assert [s.engine for s in result.stats] == ["heuristic", "cp-sat"]
+
+
+def test_too_big_explains_each_way_out_and_each_way_works(cluster: Cluster) -> None:
+    deployment = load_file(Deployment, EXAMPLES / "too-big.yaml")
+    result = plan(cluster, deployment, CONFIG)
+    assert result.status is Status.INFEASIBLE and result.best is None and result.messages
+    by_kind = {r.kind: r for r in result.relaxations}
+    assert set(by_kind) == {"allow_cpu_offloading", "allow_distribution", "ctx_size", "free_vram"}
+    fixed = {
+        "allow_cpu_offloading": deployment.model_copy(update={"cpu_offloading": True}),
+        "allow_distribution": deployment.model_copy(update={"distributed_inference_across_workers": True}),
+    }
+    for kind, relaxed in fixed.items():
+        again = plan(cluster, relaxed, CONFIG, explain=False)
+        assert again.best is not None and again.best.layout.gpu_layers == by_kind[kind].gpu_layers
+    # the suggested ctx fits, and one step (256) more does not
+    from layerfit.planner import profile_at_ctx
+
+    ctx = by_kind["ctx_size"].value
+    assert ctx is not None
+    for size, fits in ((ctx, True), (ctx + 256, False)):
+        params = deployment.params.model_copy(update={"ctx_size": size})
+        smaller = deployment.model_copy(update={"params": params, "profile": profile_at_ctx(deployment, size)})
+        assert (plan(cluster, smaller, CONFIG, explain=False).best is not None) is fits
+    # freeing the named bytes makes the named worker fit it
+    free = by_kind["free_vram"]
+    assert free.worker == "gpu-a" and free.value is not None
+    grown = cluster.model_copy(
+        update={
+            "workers": tuple(
+                w.model_copy(
+                    update={
+                        "gpus": tuple(
+                            g.model_copy(
+                                update={
+                                    "total_vram_bytes": g.total_vram_bytes + free.value,
+                                    "allocatable_vram_bytes": g.allocatable_vram_bytes + free.value,
+                                }
+                            )
+                            for g in w.gpus
+                        )
+                    }
+                )
+                if w.name == free.worker
+                else w
+                for w in cluster.workers
+            )
+        }
+    )
+    assert plan(grown, deployment, CONFIG, explain=False).best is not None
