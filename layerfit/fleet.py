@@ -34,7 +34,14 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
+from layerfit.check import (
+    capacity_reasons,
+    check_layout,
+    offload_order_reasons,
+    reference_reasons,
+    rule_reasons,
+    unified_workers,
+)
 from layerfit.domain.base import MiB
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
@@ -71,6 +78,55 @@ def _stratified(items: Sequence[Layout], limit: int, offset: int) -> list[Layout
     return [items[int((i * step + offset % max(1, int(step))) % len(items))] for i in range(limit)]
 
 
+def _single_gpu_candidates(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, limit: int, offset: int
+) -> list[tuple[Layout, Claims]]:
+    """Full offloads on one GPU that fit. Their claims depend only on whether the worker has unified
+    memory, so the memory model and the rules run once per kind and capacities are compared per GPU."""
+    layouts = single_gpu_layouts(cluster, deployment, profile, config)
+    templates: dict[bool, Claims | None] = {}
+    fitting: list[Layout] = []
+    for layout in layouts:
+        worker = cluster.worker(layout.main_worker)
+        unified = worker.unified_memory
+        if unified not in templates:
+            rules = (
+                *offload_order_reasons(layout, config.offload_order),
+                *rule_reasons(cluster, deployment, profile, layout, config),
+            )
+            pool = {worker.name} if unified else set()
+            templates[unified] = None if rules else compute_claims(profile, layout, pool)
+        template = templates[unified]
+        if template is None:
+            continue
+        (device,) = template.devices
+        ram = template.workers[0].pool_bytes if unified else template.workers[0].ram_bytes
+        gpu = worker.gpu(layout.devices[0].gpu_index)
+        if device.total_bytes <= gpu.allocatable_vram_bytes and ram <= worker.allocatable_ram_bytes:
+            fitting.append(layout)
+    chosen = []
+    for layout in _stratified(fitting, limit, offset):
+        template = templates[cluster.worker(layout.main_worker).unified_memory]
+        if template is None:
+            continue
+        gpu_index = layout.devices[0].gpu_index
+        claims = template.model_copy(
+            update={
+                "devices": (
+                    template.devices[0].model_copy(update={"worker": layout.main_worker, "gpu_index": gpu_index}),
+                ),
+                "workers": (template.workers[0].model_copy(update={"worker": layout.main_worker}),),
+            }
+        )
+        chosen.append((layout, claims))
+    return chosen
+
+
+def _lower_bound_vram(profile: MemoryProfile) -> int:
+    """VRAM any full offload needs in total, whatever the split: weights, KV and the output layer."""
+    return sum(profile.block_weight_bytes) + sum(profile.block_kv_bytes) + profile.output_weight_bytes
+
+
 def generate_candidates(
     cluster: Cluster,
     deployment: Deployment,
@@ -87,15 +143,18 @@ def generate_candidates(
     from layerfit.planner import plan as plan_one
 
     found = list(valid_candidates(cluster, deployment, profile, config, current))
-    singles = valid_candidates(
-        cluster, deployment, profile, config, single_gpu_layouts(cluster, deployment, profile, config)
-    )
-    kept_singles = set(_stratified([layout for layout, _ in singles], limit, offset))
-    found += [candidate for candidate in singles if candidate[0] in kept_singles]
+    singles = _single_gpu_candidates(cluster, deployment, profile, config, limit, offset)
+    found += singles
     fits_one_worker = bool(singles)
+    single_workers = {layout.main_worker for layout, _ in singles}
+    needed = _lower_bound_vram(profile)
     if deployment.kind is not ModelKind.IMAGE:
         for worker in cluster.workers:
+            if worker.name in single_workers or len(worker.gpus) < 2:
+                continue
             if deployment.gpu_selection is not None and worker.name not in deployment.selected_workers:
+                continue
+            if sum(gpu.allocatable_vram_bytes for gpu in worker.gpus) < needed:
                 continue
             multi = valid_candidates(cluster, deployment, profile, config, worker_layouts(worker, profile, config))
             found += multi[:1]
@@ -217,6 +276,12 @@ class _Master:
         kept_terms: list[cp_model.IntVar] = []
         self.moves_total = 0
         weights = priority_weights(deployments)
+        self.weights = weights
+        self.current = current
+        self.pins = pins
+        self.capacity: dict[object, int] = {}
+        self.loads: list[list[list[tuple[object, int]]]] = []
+        """Per deployment, per candidate: (GPU or worker key, MiB) it takes."""
         placed_terms: list[tuple[int, cp_model.IntVar]] = []
         layer_terms: list[tuple[int, cp_model.IntVar]] = []
         for d, (deployment, options) in enumerate(zip(deployments, candidates, strict=True)):
@@ -226,17 +291,23 @@ class _Master:
             if row:
                 self.model.add(sum(row) <= replicas)
             placed_terms += [(weights[deployment.name], var) for var in row]
+            row_loads: list[list[tuple[object, int]]] = []
             for (layout, claims), var in zip(options, row, strict=True):
                 layer_terms.append((layout.gpu_layers, var))
+                takes: list[tuple[object, int]] = []
                 for device in claims.devices:
                     key = (device.worker, device.gpu_index)
                     gpu_load[key].append((_mib_up(device.total_bytes), var))
                     gpu_users[key].append((replicas, var))
+                    takes.append((key, _mib_up(device.total_bytes)))
                 for worker_claim in claims.workers:
                     unified = cluster.worker(worker_claim.worker).unified_memory
                     need = worker_claim.pool_bytes if unified else worker_claim.ram_bytes
                     ram_load[worker_claim.worker].append((_mib_up(need), var))
                     worker_users[worker_claim.worker].append((replicas, var))
+                    takes.append((worker_claim.worker, _mib_up(need)))
+                row_loads.append(takes)
+            self.loads.append(row_loads)
             now = current.get(deployment.name, Counter())
             self.moves_total += sum(now.values())
             for c, (layout, _) in enumerate(options):
@@ -250,8 +321,10 @@ class _Master:
         for worker in cluster.workers:
             for gpu in worker.gpus:
                 load = gpu_load.get((worker.name, gpu.index))
+                self.capacity[(worker.name, gpu.index)] = gpu.allocatable_vram_bytes // MiB
                 if load:
                     self.model.add(sum(size * var for size, var in load) <= gpu.allocatable_vram_bytes // MiB)
+            self.capacity[worker.name] = worker.allocatable_ram_bytes // MiB
             if worker.name in ram_load:
                 capacity = worker.allocatable_ram_bytes // MiB
                 self.model.add(sum(size * var for size, var in ram_load[worker.name]) <= capacity)
@@ -275,6 +348,47 @@ class _Master:
     def all_vars(self) -> list[cp_model.IntVar]:
         return [var for row in self.x for var in row]
 
+    def greedy(self) -> list[list[int]]:
+        """A first solution to start from: pinned replicas, then replicas kept where they run, then
+        the rest by priority and size, each on the candidate that fits tightest (best fit)."""
+        free = dict(self.capacity)
+        counts = [[0] * len(row) for row in self.x]
+
+        def take(d: int, c: int) -> bool:
+            takes = self.loads[d][c]
+            if any(free[key] < mib for key, mib in takes):
+                return False
+            for key, mib in takes:
+                free[key] -= mib
+            counts[d][c] += 1
+            return True
+
+        left = [deployment.replicas for deployment in self.deployments]
+        for wanted in (self.pins, self.current):
+            for d, deployment in enumerate(self.deployments):
+                for c, (layout, _) in enumerate(self.candidates[d]):
+                    for _ in range(min(wanted.get(deployment.name, Counter()).get(layout, 0) - counts[d][c], left[d])):
+                        if take(d, c):
+                            left[d] -= 1
+
+        def size(d: int) -> int:
+            return max((sum(mib for _, mib in takes) for takes in self.loads[d]), default=0)
+
+        order = sorted(range(len(self.deployments)), key=lambda d: (-self.weights[self.deployments[d].name], -size(d)))
+        for d in order:
+            while left[d] > 0:
+                fits = [c for c in range(len(self.x[d])) if all(free[k] >= mib for k, mib in self.loads[d][c])]
+                if not fits:
+                    break
+                layers = max(self.candidates[d][c][0].gpu_layers for c in fits)
+                best = min(
+                    (c for c in fits if self.candidates[d][c][0].gpu_layers == layers),
+                    key=lambda c: sum((free[k] - mib) / max(1, self.capacity[k]) for k, mib in self.loads[d][c]),
+                )
+                take(d, best)
+                left[d] -= 1
+        return counts
+
 
 def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[list[int]], tuple[int, ...], float | None]:
     """Solve the tiers in order; returns status, replicas per candidate, tier values and the gap."""
@@ -292,6 +406,8 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
     status = Status.OPTIMAL
     gap: float | None = 0.0
     solution: list[int] | None = None
+    for var, value in zip(master.all_vars(), (n for row in master.greedy() for n in row), strict=True):
+        master.model.add_hint(var, value)
     for position, (name, expression, maximize) in enumerate(tiers):
         remaining = config.time_limit_s - (time.perf_counter() - started)
         if remaining <= 0.05:

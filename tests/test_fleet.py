@@ -238,3 +238,21 @@ def test_swap_needs_one_stop_first_and_says_so() -> None:
         ("stop", "b", False),
         ("start", "a", True),
     ]
+
+
+def test_fast_single_gpu_candidates_equal_the_memory_model() -> None:
+    from layerfit.fleet import _single_gpu_candidates
+
+    cluster = Cluster(
+        workers=(worker("w", 16, 8, 4), worker("u", 24, ram_gib=20).model_copy(update={"unified_memory": True}))
+    )
+    for deployment in (model("a", 6), model("b", 12), model("c", 18)):
+        assert deployment.profile is not None
+        slow = valid_candidates(
+            cluster,
+            deployment,
+            deployment.profile,
+            PLANNER,
+            single_gpu_layouts(cluster, deployment, deployment.profile, PLANNER),
+        )
+        assert _single_gpu_candidates(cluster, deployment, deployment.profile, PLANNER, 0, 0) == list(slow)

@@ -7,7 +7,7 @@ difference, and its fixed cost at least the smallest device-kind cost of its rol
 
 from __future__ import annotations
 
-from itertools import accumulate, pairwise
+from functools import cache
 
 from layerfit.domain.profile import DeviceRole
 from layerfit.solver.instance import Instance, SlotKind
@@ -24,24 +24,25 @@ def layer_ceiling(instance: Instance) -> int:
     return ceiling
 
 
+def device_blocks(instance: Instance, capacity: int, kind: SlotKind) -> int:
+    """An upper bound on the blocks one device of ``capacity`` holds in a slot of ``kind``: its
+    contiguous run of blocks costs at least the lightest run of that length, on top of the role's
+    smallest fixed cost."""
+    roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
+    overhead = min(cost for device, cost in instance.costs.device.items() if device.role in roles)
+    return _blocks_within(_lightest_runs(instance), capacity - overhead)
+
+
 def block_capacity(instance: Instance, worker: int, kind: SlotKind, gpus: int) -> int:
     """An upper bound on the blocks ``worker``'s GPUs hold in slots of ``kind`` (RPC servers, or
-    local GPUs of the main worker), using at most ``gpus`` of them.
-
-    Each device holds a contiguous run of blocks that costs at least the same number of the
-    smallest blocks, on top of its role's smallest fixed cost.
-    """
-    costs = instance.costs
-    roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
-    overhead = min(cost for device, cost in costs.device.items() if device.role in roles)
-    cumulative = _smallest_first_cumulative(instance)
+    local GPUs of the main worker), using at most ``gpus`` of them."""
     eligible = [
         instance.classes[c]
         for c in instance.workers[worker].classes
         if (instance.classes[c].rpc_ok if kind is SlotKind.RPC else instance.classes[c].local_ok)
     ]
     capacities = sorted((cls.capacity for cls in eligible for _ in range(cls.count)), reverse=True)[:gpus]
-    return sum(_blocks_within(cumulative, capacity - overhead) for capacity in capacities)
+    return sum(device_blocks(instance, capacity, kind) for capacity in capacities)
 
 
 def single_worker_layers(instance: Instance, worker: int, gpus: int) -> int:
@@ -85,13 +86,19 @@ def multi_worker_candidates(instance: Instance, workers: int, ceiling: int) -> t
     return mains, rpc
 
 
-def _smallest_first_cumulative(instance: Instance) -> list[int]:
-    prefix = instance.costs.block_prefix_down
-    return list(accumulate(sorted(b - a for a, b in pairwise(prefix))))
+@cache
+def _lightest_runs_of(prefix: tuple[int, ...]) -> tuple[int, ...]:
+    """``runs[b-1]``: the least any ``b`` consecutive blocks cost (non-decreasing in ``b``)."""
+    n = len(prefix) - 1
+    return tuple(min(prefix[i + b] - prefix[i] for i in range(n - b + 1)) for b in range(1, n + 1))
 
 
-def _blocks_within(cumulative: list[int], room: int) -> int:
-    """How many of the smallest blocks fit in ``room``."""
+def _lightest_runs(instance: Instance) -> tuple[int, ...]:
+    return _lightest_runs_of(instance.costs.block_prefix_down)
+
+
+def _blocks_within(cumulative: tuple[int, ...], room: int) -> int:
+    """The longest run whose least cost (``cumulative``, non-decreasing) fits in ``room``."""
     low, high = 0, len(cumulative)
     while low < high:
         middle = (low + high + 1) // 2

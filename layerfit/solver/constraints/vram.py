@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from layerfit.solver.bounds import device_blocks
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Expr, SlotVars, Variables
 
@@ -27,6 +28,9 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         # most one unit of rounding between the two prefix tables when scaling is inexact.
         slack = 0 if instance.scale.exact else 1
         model.add(slot.need <= capacity + slack * (1 - slot.used))
+        # Redundant: whole blocks per GPU (the relaxation would otherwise split blocks across GPUs).
+        most = {c: device_blocks(instance, instance.classes[c].capacity, slot.kind) for c in slot.assign}
+        model.add(slot.blocks <= sum(most[c] * assigned for c, assigned in slot.assign.items()))
 
 
 def _offloaded_total(
