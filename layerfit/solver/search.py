@@ -52,6 +52,9 @@ ENGINE = "cp-sat"
 HINT_TIME_FRACTION = 0.1
 """Share of the remaining time a hint completion may use."""
 MIN_ALTERNATIVE_TIME_S = 0.05
+"""Alternatives share a budget: the time the answer took so far, at least this."""
+MIN_TIE_BREAK_TIME_S = 1.0
+"""The tie-break may take as long as the strict tiers took, at least this (within the limit)."""
 
 
 class _Clock:
@@ -289,7 +292,8 @@ def _tie_break_stage(
         narrow.model.add(expression == value)
     narrow.model.minimize(tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0))
     hint_layout(narrow, outcome.best.layout(outcome.built), config, clock.remaining() * HINT_TIME_FRACTION)
-    result = trace.record("tie-break", run(narrow, config, clock.remaining()))
+    time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
+    result = trace.record("tie-break", run(narrow, config, time_limit))
     if not result.found:
         return outcome
     return replace(outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL)
@@ -331,13 +335,21 @@ def _alternatives(
     """Up to ``config.alternatives`` more layouts as good on the strict tiers, on other GPU sets,
     best tie-break first (the final model keeps the strict tiers fixed)."""
     built = outcome.built
+    tiers = strict_tiers(built.instance, built.variables)
+    for expression, value in (
+        (tiers.layers, outcome.layers),
+        (tiers.workers, outcome.workers),
+        (tiers.gpus, outcome.gpus),
+    ):
+        built.model.add(expression == value)
     found: list[Candidate] = []
     previous = outcome.best
-    budget = max(MIN_ALTERNATIVE_TIME_S, clock.elapsed())
-    while len(found) < config.alternatives and clock.remaining() > 0:
+    deadline = clock.elapsed() + max(MIN_ALTERNATIVE_TIME_S, clock.elapsed())
+    while len(found) < config.alternatives and clock.remaining() > 0 and clock.elapsed() < deadline:
         _exclude(built.model, built.variables, previous)
         set_full_hint(built.model, ())
-        result = trace.record("alternative", run(built, config, min(budget, clock.remaining())))
+        time_limit = min(deadline - clock.elapsed(), clock.remaining())
+        result = trace.record("alternative", run(built, config, time_limit))
         if not result.found:
             break
         found.append(_candidate(cluster, deployment, profile, config, result.layout(built)))
