@@ -11,7 +11,8 @@ Reported per GPU count and engine: median and p95 time and status counts; then t
 where the solver offloads more layers, or as many layers on fewer workers, or as many layers on as
 many workers but fewer GPUs than the heuristic, with an example of each. The heuristic is the
 baseline measured in the same run. Targets: solver median under 100 ms up to 64 GPUs and under
-2 s at 1,024 GPUs; OPTIMAL in at least 95 % of 1,024-GPU cases within a 10 s limit.
+2 s at 1,024 GPUs; a proven answer (OPTIMAL, or INFEASIBLE when nothing fits) in at least 95 % of
+1,024-GPU cases within a 10 s limit.
 
 Run: ``.venv/bin/python benchmarks/solver_bench.py [--quick] [--seed N] [--time-limit S]``
 """
@@ -53,8 +54,11 @@ LARGE_TARGET_GPUS = 1024
 LARGE_TARGET_S = 2.0
 LARGE_OPTIMAL_SHARE = 0.95
 
-GPU_SIZES_GIB = (24, 48, 80, 141)
-WORKER_SHAPES = (8, 8, 8, 4, 4, 2, 1)
+FLAVOURS = {
+    # GPU sizes (GiB), GPUs per worker, share of unified-memory workers
+    "datacenter": ((24, 48, 80, 141), (8, 8, 8, 4, 4, 2, 1), 0.05),
+    "consumer": ((16, 24, 24, 48), (4, 2, 2, 1, 1), 0.2),
+}
 
 
 @dataclass(frozen=True)
@@ -146,33 +150,20 @@ def loaded(total: int, rng: random.Random, busy: float) -> int:
 
 
 def make_cluster(n_gpus: int, rng: random.Random) -> Cluster:
+    """A datacenter fleet (8-GPU nodes of 24-141 GiB) or a consumer fleet (1-4 GPUs of 16-48 GiB,
+    more Macs), with no, some or much existing load."""
+    sizes, shapes, unified_share = FLAVOURS[rng.choice(("datacenter", "datacenter", "consumer"))]
     workers: list[Worker] = []
     left = n_gpus
     busy = rng.choice((0.0, 0.3, 0.6))
     while left:
         name = f"w{len(workers):04d}"
-        if rng.random() < 0.08:
-            pool = rng.choice((64, 128, 192, 512)) * GiB
-            gpu = Gpu(
-                index=0,
-                type="metal",
-                total_vram_bytes=pool * 3 // 4,
-                allocatable_vram_bytes=loaded(pool * 3 // 4, rng, busy),
-            )
-            workers.append(
-                Worker(
-                    id=name,
-                    name=name,
-                    unified_memory=True,
-                    total_ram_bytes=pool,
-                    allocatable_ram_bytes=loaded(pool, rng, busy),
-                    gpus=(gpu,),
-                )
-            )
+        if rng.random() < unified_share:
+            workers.append(unified_worker(name, rng, busy))
             left -= 1
             continue
-        count = min(left, rng.choice([shape for shape in WORKER_SHAPES if shape <= max(left, 1)] or [1]))
-        size = rng.choice(GPU_SIZES_GIB) * GiB
+        count = min(left, rng.choice(shapes))
+        size = rng.choice(sizes) * GiB
         gpus = tuple(
             Gpu(index=i, total_vram_bytes=size, allocatable_vram_bytes=loaded(size, rng, busy)) for i in range(count)
         )
@@ -182,6 +173,21 @@ def make_cluster(n_gpus: int, rng: random.Random) -> Cluster:
         )
         left -= count
     return Cluster(workers=tuple(workers))
+
+
+def unified_worker(name: str, rng: random.Random, busy: float) -> Worker:
+    """An Apple-style worker: one GPU on a shared pool, three quarters of it usable as VRAM."""
+    pool = rng.choice((64, 128, 192, 512)) * GiB
+    vram = pool * 3 // 4
+    gpu = Gpu(index=0, type="metal", total_vram_bytes=vram, allocatable_vram_bytes=loaded(vram, rng, busy))
+    return Worker(
+        id=name,
+        name=name,
+        unified_memory=True,
+        total_ram_bytes=pool,
+        allocatable_ram_bytes=loaded(pool, rng, busy),
+        gpus=(gpu,),
+    )
 
 
 def make_deployment(where: Cluster, profile: MemoryProfile, rng: random.Random) -> Deployment:
@@ -311,28 +317,25 @@ def compare(outcomes: list[Outcome]) -> bool:
 
 def targets(outcomes: list[Outcome]) -> bool:
     ok = True
-    small = [o.solver_s for o in outcomes if o.case.gpus <= SMALL_TARGET_GPUS]
-    large = [o for o in outcomes if o.case.gpus == LARGE_TARGET_GPUS]
     print("\nTargets:")
     for n_gpus in sorted({o.case.gpus for o in outcomes if o.case.gpus <= SMALL_TARGET_GPUS}):
         median = statistics.median(o.solver_s for o in outcomes if o.case.gpus == n_gpus)
         passed = median < SMALL_TARGET_S
         ok &= passed
-        print(
-            f"  solver median at {n_gpus} GPUs {median * 1000:.1f} ms < {SMALL_TARGET_S * 1000:.0f} ms: {_verdict(passed)}"
-        )
-    if not small:
-        print("  (no case up to 64 GPUs)")
+        limit_ms = SMALL_TARGET_S * 1000
+        print(f"  solver median at {n_gpus} GPUs {median * 1000:.1f} ms < {limit_ms:.0f} ms: {_verdict(passed)}")
+    large = [o for o in outcomes if o.case.gpus == LARGE_TARGET_GPUS]
     if large:
         median = statistics.median(o.solver_s for o in large)
         optimal = sum(o.solver_status is Status.OPTIMAL for o in large) / len(large)
+        settled = sum(o.solver_status in (Status.OPTIMAL, Status.INFEASIBLE) for o in large) / len(large)
+        fast, proven = median < LARGE_TARGET_S, settled >= LARGE_OPTIMAL_SHARE
+        print(f"  solver median at {LARGE_TARGET_GPUS} GPUs {median:.2f} s < {LARGE_TARGET_S:.0f} s: {_verdict(fast)}")
         print(
-            f"  solver median at {LARGE_TARGET_GPUS} GPUs {median:.2f} s < {LARGE_TARGET_S:.0f} s: {_verdict(median < LARGE_TARGET_S)}"
+            f"  proven at {LARGE_TARGET_GPUS} GPUs (OPTIMAL {optimal:.0%}, or INFEASIBLE) {settled:.0%} "
+            f">= {LARGE_OPTIMAL_SHARE:.0%}: {_verdict(proven)}"
         )
-        print(
-            f"  OPTIMAL at {LARGE_TARGET_GPUS} GPUs {optimal:.0%} >= {LARGE_OPTIMAL_SHARE:.0%}: {_verdict(optimal >= LARGE_OPTIMAL_SHARE)}"
-        )
-        ok &= median < LARGE_TARGET_S and optimal >= LARGE_OPTIMAL_SHARE
+        ok &= fast and proven
     return ok
 
 

@@ -30,7 +30,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from ortools.sat.python import cp_model
 
@@ -43,7 +43,7 @@ from layerfit.check import (
     unified_workers,
 )
 from layerfit.domain.base import MiB
-from layerfit.domain.cluster import Cluster
+from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.fleet import (
@@ -56,21 +56,23 @@ from layerfit.domain.fleet import (
     Placement,
     UnplacedReplica,
 )
-from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.layout import Claims, DeviceAssignment, Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
-from layerfit.layouts import single_gpu_layouts, worker_layouts
+from layerfit.layouts import worker_layouts
 from layerfit.memory import claims as compute_claims
+from layerfit.memory import make_layout
 
 # ---------------------------------------------------------------------------------------------
 # Candidate generation
 # ---------------------------------------------------------------------------------------------
 
 CandidateSet = tuple[tuple[Layout, Claims], ...]
+Item = TypeVar("Item")
 
 
-def _stratified(items: Sequence[Layout], limit: int, offset: int) -> list[Layout]:
+def _stratified(items: Sequence[Item], limit: int, offset: int) -> list[Item]:
     """At most ``limit`` items spread evenly over ``items``, starting at a per-deployment offset."""
     if limit <= 0 or len(items) <= limit:
         return list(items)
@@ -83,43 +85,58 @@ def _single_gpu_candidates(
 ) -> list[tuple[Layout, Claims]]:
     """Full offloads on one GPU that fit. Their claims depend only on whether the worker has unified
     memory, so the memory model and the rules run once per kind and capacities are compared per GPU."""
-    layouts = single_gpu_layouts(cluster, deployment, profile, config)
+    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
     templates: dict[bool, Claims | None] = {}
-    fitting: list[Layout] = []
-    for layout in layouts:
-        worker = cluster.worker(layout.main_worker)
-        unified = worker.unified_memory
-        if unified not in templates:
-            rules = (
-                *offload_order_reasons(layout, config.offload_order),
-                *rule_reasons(cluster, deployment, profile, layout, config),
-            )
-            pool = {worker.name} if unified else set()
-            templates[unified] = None if rules else compute_claims(profile, layout, pool)
-        template = templates[unified]
-        if template is None:
-            continue
-        (device,) = template.devices
-        ram = template.workers[0].pool_bytes if unified else template.workers[0].ram_bytes
-        gpu = worker.gpu(layout.devices[0].gpu_index)
-        if device.total_bytes <= gpu.allocatable_vram_bytes and ram <= worker.allocatable_ram_bytes:
-            fitting.append(layout)
+
+    def single(worker: Worker, index: int) -> Layout:
+        device = DeviceAssignment(worker=worker.name, gpu_index=index, blocks=profile.n_blocks)
+        return make_layout(worker.name, profile.n_blocks, [device], config.offload_order)
+
+    fitting: list[tuple[Worker, int]] = []
+    for worker in cluster.workers:
+        for gpu in worker.gpus:
+            if selected is not None and (worker.name, gpu.index) not in selected:
+                continue
+            unified = worker.unified_memory
+            if unified not in templates:
+                layout = single(worker, gpu.index)
+                rules = (
+                    *offload_order_reasons(layout, config.offload_order),
+                    *rule_reasons(cluster, deployment, profile, layout, config),
+                )
+                templates[unified] = (
+                    None if rules else compute_claims(profile, layout, {worker.name} if unified else ())
+                )
+            template = templates[unified]
+            if template is None:
+                continue
+            ram = template.workers[0].pool_bytes if unified else template.workers[0].ram_bytes
+            if template.devices[0].total_bytes <= gpu.allocatable_vram_bytes and ram <= worker.allocatable_ram_bytes:
+                fitting.append((worker, gpu.index))
     chosen = []
-    for layout in _stratified(fitting, limit, offset):
-        template = templates[cluster.worker(layout.main_worker).unified_memory]
+    for worker, index in _shared_and_spread(fitting, limit, offset):
+        template = templates[worker.unified_memory]
         if template is None:
             continue
-        gpu_index = layout.devices[0].gpu_index
         claims = template.model_copy(
             update={
-                "devices": (
-                    template.devices[0].model_copy(update={"worker": layout.main_worker, "gpu_index": gpu_index}),
-                ),
-                "workers": (template.workers[0].model_copy(update={"worker": layout.main_worker}),),
+                "devices": (template.devices[0].model_copy(update={"worker": worker.name, "gpu_index": index}),),
+                "workers": (template.workers[0].model_copy(update={"worker": worker.name}),),
             }
         )
-        chosen.append((layout, claims))
+        chosen.append((single(worker, index), claims))
     return chosen
+
+
+def _shared_and_spread(fitting: list[tuple[Worker, int]], limit: int, offset: int) -> list[tuple[Worker, int]]:
+    """Half of the GPUs that fit tightest (the same ones for every deployment, so that several can
+    share a GPU), half spread evenly over the rest (so that deployments do not all compete for the
+    same few)."""
+    if limit <= 0 or len(fitting) <= limit:
+        return fitting
+    by_room = sorted(fitting, key=lambda item: (item[0].gpu(item[1]).allocatable_vram_bytes, item[0].name, item[1]))
+    tight = by_room[: limit // 2]
+    return tight + _stratified(by_room[limit // 2 :], limit - len(tight), offset)
 
 
 def _lower_bound_vram(profile: MemoryProfile) -> int:
@@ -146,16 +163,19 @@ def generate_candidates(
     singles = _single_gpu_candidates(cluster, deployment, profile, config, limit, offset)
     found += singles
     fits_one_worker = bool(singles)
-    single_workers = {layout.main_worker for layout, _ in singles}
     needed = _lower_bound_vram(profile)
     if deployment.kind is not ModelKind.IMAGE:
-        for worker in cluster.workers:
-            if worker.name in single_workers or len(worker.gpus) < 2:
-                continue
-            if deployment.gpu_selection is not None and worker.name not in deployment.selected_workers:
-                continue
-            if sum(gpu.allocatable_vram_bytes for gpu in worker.gpus) < needed:
-                continue
+        hosts = sorted(
+            (
+                worker
+                for worker in cluster.workers
+                if len(worker.gpus) > 1
+                and (deployment.gpu_selection is None or worker.name in deployment.selected_workers)
+                and sum(gpu.allocatable_vram_bytes for gpu in worker.gpus) >= needed
+            ),
+            key=lambda worker: (sum(gpu.allocatable_vram_bytes for gpu in worker.gpus), worker.name),
+        )
+        for worker in _stratified(hosts, limit, offset):
             multi = valid_candidates(cluster, deployment, profile, config, worker_layouts(worker, profile, config))
             found += multi[:1]
             fits_one_worker = fits_one_worker or bool(multi)
@@ -348,9 +368,66 @@ class _Master:
     def all_vars(self) -> list[cp_model.IntVar]:
         return [var for row in self.x for var in row]
 
+    def upper_bounds(self) -> tuple[int, int, int]:
+        """Simple bounds of the maximised tiers: every replica placed, with all its layers on GPUs,
+        and every current replica kept."""
+        placed = layers = kept = 0
+        for d, deployment in enumerate(self.deployments):
+            options = self.candidates[d]
+            if not options:
+                continue
+            placed += self.weights[deployment.name] * deployment.replicas
+            layers += deployment.replicas * max(layout.gpu_layers for layout, _ in options)
+            now = self.current.get(deployment.name, Counter())
+            kept += sum(min(now[layout], deployment.replicas) for layout, _ in options if layout in now)
+        return placed, layers, kept
+
+    def tier_values(self, counts: Sequence[Sequence[int]]) -> tuple[int, int, int]:
+        """The maximised tiers' values of a solution given as replicas per candidate."""
+        placed = layers = kept = 0
+        for d, deployment in enumerate(self.deployments):
+            now = self.current.get(deployment.name, Counter())
+            for (layout, _), n in zip(self.candidates[d], counts[d], strict=True):
+                placed += self.weights[deployment.name] * n
+                layers += layout.gpu_layers * n
+                kept += min(n, now.get(layout, 0))
+        return placed, layers, kept
+
+    def satisfies_pins(self, counts: Sequence[Sequence[int]]) -> bool:
+        return all(
+            n >= self.pins.get(deployment.name, Counter()).get(layout, 0)
+            for d, deployment in enumerate(self.deployments)
+            for (layout, _), n in zip(self.candidates[d], counts[d], strict=True)
+        )
+
     def greedy(self) -> list[list[int]]:
-        """A first solution to start from: pinned replicas, then replicas kept where they run, then
-        the rest by priority and size, each on the candidate that fits tightest (best fit)."""
+        """A first solution to start from: the better of two best-fit-decreasing passes, one taking
+        deployments by priority then size, one by size alone (it packs better when all fit)."""
+
+        def size(d: int) -> int:
+            return min((sum(mib for key, mib in takes if isinstance(key, tuple)) for takes in self.loads[d]), default=0)
+
+        def gpus_used(counts: list[list[int]]) -> int:
+            return len(
+                {
+                    key
+                    for d, row in enumerate(counts)
+                    for c, n in enumerate(row)
+                    if n
+                    for key, _ in self.loads[d][c]
+                    if isinstance(key, tuple)
+                }
+            )
+
+        indices = range(len(self.deployments))
+        by_priority = sorted(indices, key=lambda d: (-self.weights[self.deployments[d].name], -size(d)))
+        by_size = sorted(indices, key=lambda d: -size(d))
+        passes = [self._best_fit(by_priority), self._best_fit(by_size)]
+        return max(passes, key=lambda counts: (*self.tier_values(counts)[:2], -gpus_used(counts)))
+
+    def _best_fit(self, order: Sequence[int]) -> list[list[int]]:
+        """Pinned replicas, then replicas kept where they run, then the rest in ``order``, each on the
+        candidate with the most layers on GPUs that opens the fewest GPUs and fits tightest."""
         free = dict(self.capacity)
         counts = [[0] * len(row) for row in self.x]
 
@@ -371,27 +448,30 @@ class _Master:
                         if take(d, c):
                             left[d] -= 1
 
-        def size(d: int) -> int:
-            return max((sum(mib for _, mib in takes) for takes in self.loads[d]), default=0)
+        def fit(d: int, c: int) -> tuple[int, int]:
+            gpus = [(key, mib) for key, mib in self.loads[d][c] if isinstance(key, tuple)]
+            opened = sum(1 for key, _ in gpus if free[key] == self.capacity[key])
+            return opened, sum(free[key] - mib for key, mib in gpus)
 
-        order = sorted(range(len(self.deployments)), key=lambda d: (-self.weights[self.deployments[d].name], -size(d)))
         for d in order:
             while left[d] > 0:
                 fits = [c for c in range(len(self.x[d])) if all(free[k] >= mib for k, mib in self.loads[d][c])]
                 if not fits:
                     break
                 layers = max(self.candidates[d][c][0].gpu_layers for c in fits)
-                best = min(
-                    (c for c in fits if self.candidates[d][c][0].gpu_layers == layers),
-                    key=lambda c: sum((free[k] - mib) / max(1, self.capacity[k]) for k, mib in self.loads[d][c]),
-                )
+                best = min((c for c in fits if self.candidates[d][c][0].gpu_layers == layers), key=lambda c: fit(d, c))
                 take(d, best)
                 left[d] -= 1
         return counts
 
 
 def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[list[int]], tuple[int, ...], float | None]:
-    """Solve the tiers in order; returns status, replicas per candidate, tier values and the gap."""
+    """Solve the tiers in order; returns status, replicas per candidate, tier values and the gap.
+
+    The greedy start is the incumbent. A maximised tier whose incumbent already reaches a simple
+    upper bound (every replica placed, every layer on a GPU, every replica kept) is proven without
+    a solve; otherwise CP-SAT gets its share of the remaining time, hinted with the incumbent.
+    """
     started = time.perf_counter()
     tiers: list[tuple[str, cp_model.LinearExprT, bool]] = [
         ("priority weight placed", master.placed, True),
@@ -399,22 +479,29 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
         ("replicas kept in place", master.kept, True),
         ("GPUs and workers used", master.footprint, False),
     ]
+    bounds = master.upper_bounds()
     solver = cp_model.CpSolver()
     solver.parameters.random_seed = config.seed
     solver.parameters.num_workers = config.num_search_workers or (os.cpu_count() or 1)
     values: list[int] = []
     status = Status.OPTIMAL
     gap: float | None = 0.0
-    solution: list[int] | None = None
-    for var, value in zip(master.all_vars(), (n for row in master.greedy() for n in row), strict=True):
+    greedy = master.greedy()
+    counts: list[list[int]] | None = greedy if master.satisfies_pins(greedy) else None
+    for var, value in zip(master.all_vars(), (n for row in greedy for n in row), strict=True):
         master.model.add_hint(var, value)
     for position, (name, expression, maximize) in enumerate(tiers):
+        if counts is not None and position < len(bounds) and master.tier_values(counts)[position] == bounds[position]:
+            value = bounds[position]
+            values.append(value)
+            master.model.add(expression >= value)
+            continue
         remaining = config.time_limit_s - (time.perf_counter() - started)
         if remaining <= 0.05:
-            status = Status.FEASIBLE if solution is not None else Status.UNKNOWN
+            status = Status.FEASIBLE if counts is not None else Status.UNKNOWN
             break
         share = remaining / (len(tiers) - position) if position < len(tiers) - 1 else remaining
-        solver.parameters.max_time_in_seconds = share if solution is not None else remaining * 0.7
+        solver.parameters.max_time_in_seconds = share if counts is not None else remaining * 0.7
         if maximize:
             master.model.maximize(expression)
         else:
@@ -424,28 +511,26 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
         if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if outcome == cp_model.INFEASIBLE:
                 raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
-            status = Status.FEASIBLE if solution is not None else Status.UNKNOWN
+            status = Status.FEASIBLE if counts is not None else Status.UNKNOWN
             break
         value = round(solver.objective_value)
         values.append(value if maximize else -value)
-        solution = [solver.value(var) for var in master.all_vars()]
+        flat = iter([solver.value(var) for var in master.all_vars()])
+        counts = [[next(flat) for _ in row] for row in master.x]
         if outcome == cp_model.FEASIBLE and status is Status.OPTIMAL:
             # The first tier not proven optimal decides the status and the reported gap; later
             # tiers still improve the solution with this tier's value fixed.
             status = Status.FEASIBLE
             gap = abs(solver.best_objective_bound - value) / max(1.0, abs(value))
         master.model.clear_hints()  # type: ignore[no-untyped-call]
-        for var, val in zip(master.all_vars(), solution, strict=True):
+        for var, val in zip(master.all_vars(), (n for row in counts for n in row), strict=True):
             master.model.add_hint(var, val)
         if maximize:
             master.model.add(expression >= value)
         else:
             master.model.add(expression <= value)
-    if solution is None:
+    if counts is None:
         return Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None
-    counts, flat = [], iter(solution)
-    for row in master.x:
-        counts.append([next(flat) for _ in row])
     return status, counts, tuple(values), gap
 
 

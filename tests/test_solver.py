@@ -244,6 +244,14 @@ ROWS = [
     # --- image models -------------------------------------------------------------------------
     Row("image: two gpus are not allowed", cluster(worker("a", 700, 700)), deployment(kind=ModelKind.IMAGE), None),
     Row("image: one gpu", cluster(worker("a", 1250)), deployment(kind=ModelKind.IMAGE), (11, 1, 1)),
+    # The GPU must be the main worker's own: a (RAM 50) cannot run the main process, and an RPC
+    # server for b (see the "main:" rows) is not allowed for image models.
+    Row(
+        "image: no rpc gpu",
+        cluster(worker("a", 1250, ram=50), worker("b")),
+        deployment(HOSTED, kind=ModelKind.IMAGE, distributed_inference_across_workers=True),
+        None,
+    ),
     # --- offload order ------------------------------------------------------------------------
     # Older llama.cpp offloads the output layer last: 10 blocks without it (1200) fit 1249.
     Row(

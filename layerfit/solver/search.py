@@ -24,6 +24,7 @@ as no time limit is hit.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 
@@ -95,6 +96,7 @@ class _Outcome:
     strict_proven: bool
     tie_break_proven: bool
     bound: float
+    """Best proven bound on the weighted strict tiers (``objective.strict_value``)."""
 
 
 def solve(
@@ -207,7 +209,7 @@ def _single_worker_search(
             gpus=k,
             strict_proven=True,
             tie_break_proven=result.status == cp_model.OPTIMAL,
-            bound=result.bound,
+            bound=float(strict_value(instance, ceiling, 1, k)),
         )
     return Status.INFEASIBLE
 
@@ -248,7 +250,7 @@ def _multi_worker_search(
         gpus=gpus,
         strict_proven=result.status == cp_model.OPTIMAL,
         tie_break_proven=False,
-        bound=result.bound,
+        bound=float(strict_value(instance, ceiling, workers, math.ceil(result.bound))),
     )
     return _tie_break_stage(candidates, outcome, config, clock, trace) if outcome.strict_proven else outcome
 
