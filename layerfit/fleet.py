@@ -284,8 +284,10 @@ class _Master:
         candidates: Sequence[CandidateSet],
         current: dict[str, Counter[Layout]],
         pins: dict[str, Counter[Layout]],
+        seed: dict[str, Counter[Layout]] | None = None,
     ) -> None:
         self.model = cp_model.CpModel()
+        self.seed = seed or {}
         self.deployments = deployments
         self.candidates = candidates
         self.x: list[list[cp_model.IntVar]] = []
@@ -423,11 +425,16 @@ class _Master:
         by_priority = sorted(indices, key=lambda d: (-self.weights[self.deployments[d].name], -size(d)))
         by_size = sorted(indices, key=lambda d: -size(d))
         passes = [self._best_fit(by_priority), self._best_fit(by_size)]
+        if self.seed:
+            passes.append(self._best_fit(by_priority, self.seed))
         return max(passes, key=lambda counts: (*self.tier_values(counts)[:2], -gpus_used(counts)))
 
-    def _best_fit(self, order: Sequence[int]) -> list[list[int]]:
-        """Pinned replicas, then replicas kept where they run, then the rest in ``order``, each on the
-        candidate with the most layers on GPUs that opens the fewest GPUs and fits tightest."""
+    def _best_fit(
+        self, order: Sequence[int], preferred: Mapping[str, Counter[Layout]] | None = None
+    ) -> list[list[int]]:
+        """Pinned replicas, then replicas kept where they run (then ``preferred`` layouts), then the
+        rest in ``order``, each on the candidate with the most layers on GPUs that opens the fewest
+        GPUs and fits tightest."""
         free = dict(self.capacity)
         counts = [[0] * len(row) for row in self.x]
 
@@ -441,7 +448,7 @@ class _Master:
             return True
 
         left = [deployment.replicas for deployment in self.deployments]
-        for wanted in (self.pins, self.current):
+        for wanted in (self.pins, self.current, preferred or {}):
             for d, deployment in enumerate(self.deployments):
                 for c, (layout, _) in enumerate(self.candidates[d]):
                     for _ in range(min(wanted.get(deployment.name, Counter()).get(layout, 0) - counts[d][c], left[d])):
@@ -697,8 +704,31 @@ def plan_fleet(
         for position, d in enumerate(fleet.deployments)
     ]
     candidates = _run_tasks(tasks, config)
+    seed: list[tuple[str, Layout]] = []
+    if config.sequential_seed is not None:
+        # One at a time, GPUStack's way: its layouts join the candidates and its assignment is one of
+        # the starting solutions, so the joint plan is never behind it on the tiers.
+        seed_config = planner_config.model_copy(update={"policy": config.sequential_seed})
+        placed, _ = plan_sequential(fleet, lambda c, d, p: _heuristic_layout(c, d, p, seed_config), profiles)
+        seed = [(p.deployment, p.layout) for p in placed]
+        extra: dict[str, list[Layout]] = defaultdict(list)
+        for name, layout in seed:
+            extra[name].append(layout)
+        candidates = [
+            (
+                *options,
+                *valid_candidates(
+                    fleet.cluster,
+                    d,
+                    profiles[d.name],
+                    planner_config,
+                    [lay for lay in extra[d.name] if lay not in dict(options)],
+                ),
+            )
+            for d, options in zip(fleet.deployments, candidates, strict=True)
+        ]
     generation_s = time.perf_counter() - started
-    result = choose(fleet, profiles, candidates, config, planner_config)
+    result = choose(fleet, profiles, candidates, config, planner_config, seed)
     stats = result.stats[0].model_copy(
         update={
             "wall_time_s": time.perf_counter() - started,
@@ -714,8 +744,12 @@ def choose(
     candidates: Sequence[CandidateSet],
     config: FleetConfig = FleetConfig(),
     planner_config: PlannerConfig = PlannerConfig(),
+    seed: Sequence[tuple[str, Layout]] = (),
 ) -> FleetPlan:
-    """The master problem over given candidates (one set per deployment, in fleet order), and the moves."""
+    """The master problem over given candidates (one set per deployment, in fleet order), and the moves.
+
+    ``seed`` (deployment, layout) pairs, such as a one-at-a-time placement, start the search.
+    """
     started = time.perf_counter()
     cluster, deployments = fleet.cluster, fleet.deployments
     current_by: dict[str, dict[int, Layout]] = defaultdict(dict)
@@ -723,7 +757,10 @@ def choose(
         current_by[placement.deployment][placement.replica] = placement.layout
     pins, reasons = _pin_reasons(fleet, profiles, planner_config)
     current_counts = {name: Counter(layouts.values()) for name, layouts in current_by.items()}
-    master = _Master(cluster, deployments, candidates, current_counts, pins)
+    seeded: dict[str, Counter[Layout]] = defaultdict(Counter)
+    for name, layout in seed:
+        seeded[name][layout] += 1
+    master = _Master(cluster, deployments, candidates, current_counts, pins, seeded)
     status, counts, values, gap = _solve_tiers(master, config)
     placed: list[PlacedReplica] = []
     unplaced: list[UnplacedReplica] = []
@@ -769,6 +806,14 @@ def choose(
     )
 
 
+def _heuristic_layout(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+) -> Layout | None:
+    from layerfit import heuristics
+
+    return heuristics.plan(cluster, deployment, config, profile).layout
+
+
 def _unplaced_reason(deployment: Deployment, options: CandidateSet) -> Reason:
     if not options:
         return Reason(
@@ -808,14 +853,19 @@ def subtract(cluster: Cluster, claims: Claims) -> Cluster:
 
 
 def plan_sequential(
-    fleet: Fleet, planner: Callable[[Cluster, Deployment, MemoryProfile], Layout | None]
+    fleet: Fleet,
+    planner: Callable[[Cluster, Deployment, MemoryProfile], Layout | None],
+    profiles: Mapping[str, MemoryProfile] | None = None,
 ) -> tuple[list[PlacedReplica], list[UnplacedReplica]]:
     """GPUStack's way: one replica at a time in arrival order, each taking what is left."""
     cluster = fleet.cluster
     placed: list[PlacedReplica] = []
     unplaced: list[UnplacedReplica] = []
     unified = unified_workers(cluster)
-    for deployment, profile in zip(fleet.deployments, _profiles(fleet.deployments), strict=True):
+    if profiles is None:
+        profiles = dict(zip((d.name for d in fleet.deployments), _profiles(fleet.deployments), strict=True))
+    for deployment in fleet.deployments:
+        profile = profiles[deployment.name]
         for replica in range(deployment.replicas):
             layout = planner(cluster, deployment, profile)
             if layout is None:

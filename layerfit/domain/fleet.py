@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.plan import EngineStats, Reason, Status
@@ -49,7 +50,9 @@ class Fleet(Frozen):
             if placement.deployment not in replicas:
                 raise InputError("fleet.current", f"placement of unknown deployment {placement.deployment!r}")
             if key in seen:
-                raise InputError("fleet.current", f"replica {placement.replica} of {placement.deployment!r} placed twice")
+                raise InputError(
+                    "fleet.current", f"replica {placement.replica} of {placement.deployment!r} placed twice"
+                )
             seen.add(key)
         return self
 
@@ -106,6 +109,9 @@ class FleetConfig(Frozen):
     seed: NonNegInt = 0
     num_search_workers: NonNegInt = 0
     """CP-SAT workers for the master problem; 0 = one per core."""
+    sequential_seed: Policy | None = Policy.SPREAD
+    """Also place the deployments one at a time (GPUStack's way, with this placement policy) and start
+    from that solution, so the joint plan is never behind it; ``None`` skips it."""
     progress: bool = False
     """Print solver progress to standard error."""
 
