@@ -256,3 +256,25 @@ def test_fast_single_gpu_candidates_equal_the_memory_model() -> None:
             single_gpu_layouts(cluster, deployment, deployment.profile, PLANNER),
         )
         assert _single_gpu_candidates(cluster, deployment, deployment.profile, PLANNER, 0, 0) == list(slow)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 5])
+def test_joint_plan_is_never_behind_one_at_a_time(seed: int) -> None:
+    """The one-at-a-time placement (GPUStack's way) seeds the joint plan: never fewer replicas or weight."""
+    import random
+
+    from layerfit import heuristics
+    from layerfit.domain import Policy
+    from layerfit.fleet import plan_fleet, plan_sequential
+
+    rng = random.Random(seed)
+    workers = tuple(worker(f"w{i}", *rng.choices([16, 24, 48], k=2)) for i in range(4))
+    deployments = tuple(
+        model(f"d{i}", rng.choice([4, 6, 10, 14, 20, 30]), replicas=rng.choice([1, 2])) for i in range(10)
+    )
+    fleet = Fleet(cluster=Cluster(workers=workers), deployments=deployments)
+    spread = PlannerConfig(policy=Policy.SPREAD)
+    sequential, _ = plan_sequential(fleet, lambda c, d, p: heuristics.plan(c, d, spread, p).layout)
+    joint = plan_fleet(fleet, FleetConfig(time_limit_s=2.0, executor="serial", num_search_workers=1), PLANNER)
+    assert len(joint.placements) >= len(sequential)
+    assert not capacity_reasons(fleet.cluster, *(p.claims for p in joint.placements))
