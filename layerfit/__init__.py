@@ -11,22 +11,32 @@ from layerfit.domain import (
     PlannerConfig,
     Status,
 )
+from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement
 from layerfit.errors import EstimationError, InputError, LayerfitError, SolverError
+from layerfit.fleet import plan_fleet
 from layerfit.memory import claims
+from layerfit.planner import evaluate, plan
 
 __all__ = [
     "Claims",
     "Cluster",
     "Deployment",
     "EstimationError",
+    "Fleet",
+    "FleetConfig",
+    "FleetPlan",
     "InputError",
     "LayerfitError",
     "Layout",
     "LlamaParams",
     "MemoryProfile",
+    "Placement",
     "Plan",
     "PlannerConfig",
     "SolverError",
     "Status",
     "claims",
+    "evaluate",
+    "plan",
+    "plan_fleet",
 ]
