@@ -34,6 +34,9 @@ from layerfit.errors import SolverError
 from layerfit.memory import claims, make_layout
 from layerfit.solver import SolveResult, layout_is_feasible_in_model, solve
 from layerfit.solver import runner as solver_runner
+from layerfit.solver.bounds import device_blocks
+from layerfit.solver.instance import SlotKind, build_instance
+from layerfit.solver.prune import prune_dominated
 from layerfit.solver.scale import MAX_SCALED, choose_scale
 
 P = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)
@@ -484,3 +487,37 @@ def test_cp_sat_statuses_map_to_results() -> None:
     assert cp_model.OPTIMAL != cp_model.FEASIBLE  # the runner distinguishes them
     infeasible = run(cluster(worker("a", 100, ram=0)), deployment())
     assert infeasible.status is Status.INFEASIBLE and infeasible.tiers is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks: bounds and dominance pruning
+# ---------------------------------------------------------------------------------------------
+
+
+def test_device_blocks_counts_contiguous_runs() -> None:
+    # UNEVEN blocks 100, 300, 100, 300: the lightest run of 2 blocks costs 400, not 100 + 100.
+    # A 250 GPU holds one block; a 450 GPU two (400); an 800 GPU all four.
+    instance = build_instance(cluster(worker("a", 250, 450, 800)), deployment(UNEVEN), UNEVEN, CONFIG)
+    scaled = [instance.scale.capacity(size) for size in (99, 250, 450, 800)]
+    assert [device_blocks(instance, capacity, SlotKind.LOCAL) for capacity in scaled] == [0, 1, 2, 4]
+
+
+def test_dominated_workers_are_pruned_beyond_what_a_layout_can_use() -> None:
+    # Four identical 600 workers, a 900 worker b, at most one RPC server: a layout uses two workers,
+    # so a worker with two dominators goes. b dominates every a, a0 dominates the later a's: a0
+    # has one dominator and stays, a1..a3 have two or more and go, b has none.
+    where = cluster(worker("a0", 600), worker("a1", 600), worker("b", 900), worker("a2", 600), worker("a3", 600))
+    config = CONFIG.model_copy(update={"max_rpc_servers": 1})
+    instance = build_instance(where, deployment(distributed_inference_across_workers=True), P, config)
+    pruned = prune_dominated(instance)
+    assert [view.name for view in pruned.workers if view.main_ok] == ["a0", "b"]
+    assert [view.name for view in pruned.workers if view.rpc_ok] == ["a0", "b"]
+    # The optimum survives: an a-worker serves 4 blocks (600), b holds 6 + output (850 <= 900).
+    result = run(where, deployment(distributed_inference_across_workers=True), config)
+    assert result.tiers is not None
+    assert (result.tiers.gpu_layers, result.tiers.workers, result.tiers.gpus) == (11, 2, 2)
+
+
+def test_empty_cluster_is_infeasible() -> None:
+    result = run(Cluster(), deployment())
+    assert result.status is Status.INFEASIBLE

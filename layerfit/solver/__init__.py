@@ -1,7 +1,14 @@
 """CP-SAT solver: the provably best layout for one deployment.
 
-``solve`` builds one model per deployment (see ``instance``, ``variables``, ``constraints``,
-``objective``) and solves the objective tiers in order (see ``search``).
+``solve(cluster, deployment, profile, config, hint)`` prepares the deployment (``instance``: GPU
+classes, scaled memory figures from ``layerfit.memory``, the rules), builds CP-SAT models from a
+variable container (``variables``) and one module per constraint family (``constraints``), and
+solves DESIGN.md's objective tiers in order (``objective``, ``search``). Devices are slots in
+llama.cpp order (RPC servers, then the main worker's GPUs) and any GPU may fill any slot, so no
+device order is fixed in advance. Large clusters stay tractable through GPU classes, capacity
+bounds (``bounds``) and dominance pruning (``prune``), each exact for the tiers it is used for.
+
+``layout_is_feasible_in_model`` asks the model whether it accepts a given layout.
 """
 
 from layerfit.solver.result import SolveResult, TierValues

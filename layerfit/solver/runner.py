@@ -102,6 +102,20 @@ def set_full_hint(model: cp_model.CpModel, solution: Sequence[int]) -> None:
         hint.values.append(value)
 
 
+def hint_decisions(built: BuiltModel, layout: Layout) -> bool:
+    """Hint the decision variables (main worker, slot assignments, block counts, output layer)
+    from a layout known to be valid; CP-SAT completes the rest by propagation. Cheaper than
+    ``hint_layout`` on large models. Whether the layout fits the model's variables."""
+    canonical = canonical_layout(built.instance, layout) if built.symmetry_broken else layout
+    values = decision_values(built.instance, built.variables, canonical)
+    built.model.proto.clear_solution_hint()
+    if values is None:
+        return False
+    for var, value in values.items():
+        built.model.add_hint(var, value)
+    return True
+
+
 def hint_layout(built: BuiltModel, layout: Layout, config: PlannerConfig, time_limit_s: float) -> str:
     """Hint every variable from a layout: fix its decisions in a copy, solve, copy every value.
 

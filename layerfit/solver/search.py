@@ -46,7 +46,7 @@ from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import placement_score, strict_tiers, strict_value, tie_break
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import Run, hint_layout, run, set_full_hint
+from layerfit.solver.runner import Run, hint_decisions, hint_layout, run
 from layerfit.solver.variables import IntVar, Variables
 
 ENGINE = "cp-sat"
@@ -96,6 +96,9 @@ class _Outcome:
     strict_proven: bool
     tie_break_proven: bool
     bound: float
+    ranks_tie_break: bool = True
+    """The final model minimises the tie-break (false for a strict model whose tie-break stage found
+    nothing)."""
     """Best proven bound on the weighted strict tiers (``objective.strict_value``)."""
 
 
@@ -251,6 +254,7 @@ def _multi_worker_search(
         strict_proven=result.status == cp_model.OPTIMAL,
         tie_break_proven=False,
         bound=float(strict_value(instance, ceiling, workers, math.ceil(result.bound))),
+        ranks_tie_break=False,
     )
     return _tie_break_stage(candidates, outcome, config, clock, trace) if outcome.strict_proven else outcome
 
@@ -260,14 +264,16 @@ def _general_search(
 ) -> _Outcome | Status:
     """Step 2: the weighted strict tiers on the full model, then the tie-break."""
     built = build_model(prune_dominated(instance))
+    hinted = False
     if hint is not None:
         trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+        hinted = trace.hint == "accepted"
     tiers = strict_tiers(built.instance, built.variables)
     built.model.maximize(tiers.combined)
     first = trace.record("strict", run(built, config, clock.remaining()))
     if not first.found:
         # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
-        proven_empty = first.status == cp_model.INFEASIBLE and trace.hint != "accepted"
+        proven_empty = first.status == cp_model.INFEASIBLE and not hinted
         return Status.INFEASIBLE if proven_empty else Status.UNKNOWN
     outcome = _Outcome(
         built=built,
@@ -278,6 +284,7 @@ def _general_search(
         strict_proven=first.status == cp_model.OPTIMAL,
         tie_break_proven=False,
         bound=first.bound,
+        ranks_tie_break=False,
     )
     return _tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
 
@@ -293,12 +300,14 @@ def _tie_break_stage(
     for expression, value in ((fixed.layers, outcome.layers), (fixed.workers, outcome.workers), (fixed.gpus, gpus)):
         narrow.model.add(expression == value)
     narrow.model.minimize(tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0))
-    hint_layout(narrow, outcome.best.layout(outcome.built), config, clock.remaining() * HINT_TIME_FRACTION)
+    hint_decisions(narrow, outcome.best.layout(outcome.built))
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
     result = trace.record("tie-break", run(narrow, config, time_limit))
     if not result.found:
         return outcome
-    return replace(outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL)
+    return replace(
+        outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL, ranks_tie_break=True
+    )
 
 
 def _hint_if(
@@ -344,12 +353,14 @@ def _alternatives(
         (tiers.gpus, outcome.gpus),
     ):
         built.model.add(expression == value)
+    if not outcome.ranks_tie_break:
+        built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=outcome.gpus > 0))
     found: list[Candidate] = []
     previous = outcome.best
     deadline = clock.elapsed() + max(MIN_ALTERNATIVE_TIME_S, clock.elapsed())
     while len(found) < config.alternatives and clock.remaining() > 0 and clock.elapsed() < deadline:
         _exclude(built.model, built.variables, previous)
-        set_full_hint(built.model, ())
+        built.model.proto.clear_solution_hint()
         time_limit = min(deadline - clock.elapsed(), clock.remaining())
         result = trace.record("alternative", run(built, config, time_limit))
         if not result.found:
