@@ -30,7 +30,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ortools.sat.python import cp_model
 
@@ -593,18 +593,21 @@ def order_moves(
     def fits(extra: Claims) -> bool:
         return not capacity_reasons(cluster, *running.values(), extra)
 
-    def stop(key: tuple[str, int]) -> None:
-        layout = layout_of[key]
+    def record(action: Literal["stop", "start"], key: tuple[str, int], layout: Layout, downtime: bool = False) -> None:
         moves.append(
             Move(
                 step=len(moves),
-                action="stop",
+                action=action,
                 deployment=key[0],
                 replica=key[1],
                 worker=layout.main_worker,
                 gpus=_gpus(layout),
+                downtime=downtime,
             )
         )
+
+    def stop(key: tuple[str, int]) -> None:
+        record("stop", key, layout_of[key])
         del running[key]
         stops.remove(key)
 
@@ -618,25 +621,11 @@ def order_moves(
             stopped_first.add(blocker)
             continue
         layout, claims = wanted[ready]
-        if ready in running:
-            # make-before-break is impossible for the same replica id on a different layout only if
-            # both cannot coexist; they fit, so start the new one and stop the old one right after.
-            pass
-        moves.append(
-            Move(
-                step=len(moves),
-                action="start",
-                deployment=ready[0],
-                replica=ready[1],
-                worker=layout.main_worker,
-                gpus=_gpus(layout),
-                downtime=ready in stopped_first,
-            )
-        )
+        record("start", ready, layout, downtime=ready in stopped_first)
         starts.remove(ready)
-        if ready in stops:
+        if ready in stops:  # started next to its old placement: now stop that one
             stop(ready)
-        running[(ready[0], ready[1])] = claims
+        running[ready] = claims
     for key in list(stops):
         stop(key)
     return tuple(moves)
