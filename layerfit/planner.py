@@ -9,7 +9,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, StrategyClass
+from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
 from layerfit.launch import commands
@@ -23,17 +23,6 @@ def resolve_profile(deployment: Deployment) -> MemoryProfile:
     from layerfit.estimators import profile_for
 
     return profile_for(deployment)
-
-
-def strategy_class(layout: Layout) -> StrategyClass:
-    """Which of GPUStack's five strategy classes a layout falls into."""
-    if not layout.devices:
-        return StrategyClass.CPU_ONLY
-    if not layout.full_offload:
-        return StrategyClass.PARTIAL_OFFLOAD
-    if layout.rpc_devices:
-        return StrategyClass.DISTRIBUTED
-    return StrategyClass.MULTI_GPU if len(layout.devices) > 1 else StrategyClass.SINGLE_GPU
 
 
 def model_path(deployment: Deployment) -> str:

@@ -162,3 +162,15 @@ def test_check_plan_catches_wrong_claims() -> None:
 def test_check_accepts_bare_layouts(layout: Layout) -> None:
     dep = deployment(distributed_inference_across_workers=True)
     assert check(CLUSTER, dep, layout, PROFILE) == check_layout(CLUSTER, dep, PROFILE, layout)
+
+
+def test_tensor_split_output_layer_on_the_device_llama_cpp_chooses() -> None:
+    # -ts 10,1 with -ngl 11 over 10 blocks: splits [10/11, 1]; positions 0..9 (the blocks) fall below
+    # 10/11 and go to the first device, position 10 (the output layer) goes to the second...
+    dep = deployment(params=LlamaParams(tensor_split=(10, 1)))
+    good = make_layout("a", 10, [dev("a", 0, 10), dev("a", 1, 0)])
+    assert kinds(dep, good) == []
+    # ...but with -ts 20,1 the output layer lands on the first device too, so a layout that puts it
+    # alone on a second device is not what llama.cpp would build.
+    dep = deployment(params=LlamaParams(tensor_split=(20, 1)))
+    assert kinds(dep, good) == [ReasonKind.TENSOR_SPLIT_NOT_HONOURED]

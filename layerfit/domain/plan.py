@@ -31,6 +31,17 @@ class StrategyClass(StrEnum):
     CPU_ONLY = "cpu_only"
 
 
+def strategy_class(layout: Layout) -> StrategyClass:
+    """Which of GPUStack's five strategy classes a layout falls into."""
+    if not layout.devices:
+        return StrategyClass.CPU_ONLY
+    if not layout.full_offload:
+        return StrategyClass.PARTIAL_OFFLOAD
+    if layout.rpc_devices:
+        return StrategyClass.DISTRIBUTED
+    return StrategyClass.MULTI_GPU if len(layout.devices) > 1 else StrategyClass.SINGLE_GPU
+
+
 class ReasonKind(StrEnum):
     """Why a layout is rejected or a deployment does not fit."""
 

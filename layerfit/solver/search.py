@@ -35,7 +35,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, EngineStats, Status
+from layerfit.domain.plan import Candidate, EngineStats, Status, strategy_class
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.memory import claims
@@ -400,8 +400,6 @@ def _candidate(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layout: Layout
 ) -> Candidate:
     """The layout with its claims, checked again in bytes: a violation here is a bug."""
-    from layerfit.planner import strategy_class
-
     violations = check_layout(cluster, deployment, profile, layout, config)
     if violations:
         details = "; ".join(reason.message for reason in violations)
