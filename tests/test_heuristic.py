@@ -142,7 +142,7 @@ ROWS = [
         MULTI,
         (("a", 0, 6), ("a", 1, 4)),
     ),
-    # -ts 0,1,1 skips the busy GPU 0 (GPUStack's positional mapping, issue #860's workaround).
+    # -ts 0,1,1 skips the busy GPU 0 (GPUStack's positional mapping; the workaround its users write).
     Row(
         "tensor split with a zero share",
         cluster(worker("a", 100, 800, 800)),
