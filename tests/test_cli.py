@@ -118,3 +118,18 @@ def test_bad_input_exits_two_with_a_clear_message(
     code, _, err = run(capsys, *argv)
     assert code == EXIT_BAD_INPUT
     assert message in err and "Traceback" not in err
+
+
+def test_every_command_on_the_real_gemma_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """estimate, plan and explain on a real GGUF (gemma-3-270m Q4_K_M from PyPI), not a synthetic one."""
+    from fixtures_gguf import gemma_270m_path
+
+    model = str(gemma_270m_path())
+    code, out, _ = run(capsys, "estimate", model, "--ctx-size", "8192")
+    assert code == EXIT_PLACED and "gemma3" in out
+    code, out, _ = run(
+        capsys, "plan", "--cluster", CLUSTER, "--model", model, "-c", "8192", "--plot", str(tmp_path / "gemma.svg")
+    )
+    assert code == EXIT_PLACED and "single_gpu" in out and f"-m {model}" in out
+    code, out, _ = run(capsys, "explain", "--cluster", CLUSTER, "--model", model, "-c", "32768")
+    assert code == EXIT_PLACED and "optimal" in out
