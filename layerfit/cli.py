@@ -84,7 +84,8 @@ def render_plan(plan: Plan) -> str:
 
 def render_fleet(plan: FleetPlan) -> str:
     """A fleet plan as text: placements, unplaced replicas, moves."""
-    lines = [f"fleet: {plan.status.value}" + (f" (gap {plan.gap:.2%})" if plan.gap else "")]
+    unproven = f" ({plan.gap_tier} not proven" + (f", gap {plan.gap:.2%})" if plan.gap is not None else ")")
+    lines = [f"fleet: {plan.status.value}" + (unproven if plan.gap_tier else "")]
     lines.append(f"  placed {len(plan.placements)}, unplaced {len(plan.unplaced)}, moves {len(plan.moves)}")
     for placed in plan.placements:
         gpus = ", ".join(f"{d.worker}:{d.gpu_index}" for d in placed.layout.devices) or "CPU"

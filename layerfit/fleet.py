@@ -472,8 +472,10 @@ class _Master:
         return counts
 
 
-def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[list[int]], tuple[int, ...], float | None]:
-    """Solve the tiers in order; returns status, replicas per candidate, tier values and the gap.
+def _solve_tiers(
+    master: _Master, config: FleetConfig
+) -> tuple[Status, list[list[int]], tuple[int, ...], float | None, str | None]:
+    """Solve the tiers in order: status, replicas per candidate, tier values, the gap and its tier.
 
     The greedy start is the incumbent. A maximised tier whose incumbent already reaches a simple
     upper bound (every replica placed, every layer on a GPU, every replica kept) is proven without
@@ -493,6 +495,7 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
     values: list[int] = []
     status = Status.OPTIMAL
     gap: float | None = 0.0
+    gap_tier: str | None = None
     greedy = master.greedy()
     counts: list[list[int]] | None = greedy if master.satisfies_pins(greedy) else None
     for var, value in zip(master.all_vars(), (n for row in greedy for n in row), strict=True):
@@ -506,6 +509,7 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
         remaining = config.time_limit_s - (time.perf_counter() - started)
         if remaining <= 0.05:
             status = Status.FEASIBLE if counts is not None else Status.UNKNOWN
+            gap, gap_tier = None, name
             break
         share = remaining / (len(tiers) - position) if position < len(tiers) - 1 else remaining
         solver.parameters.max_time_in_seconds = share if counts is not None else remaining * 0.7
@@ -519,6 +523,7 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
             if outcome == cp_model.INFEASIBLE:
                 raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
             status = Status.FEASIBLE if counts is not None else Status.UNKNOWN
+            gap, gap_tier = None, name
             break
         value = round(solver.objective_value)
         values.append(value if maximize else -value)
@@ -528,7 +533,7 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
             # The first tier not proven optimal decides the status and the reported gap; later
             # tiers still improve the solution with this tier's value fixed.
             status = Status.FEASIBLE
-            gap = abs(solver.best_objective_bound - value) / max(1.0, abs(value))
+            gap, gap_tier = abs(solver.best_objective_bound - value) / max(1.0, abs(value)), name
         master.model.clear_hints()  # type: ignore[no-untyped-call]
         for var, val in zip(master.all_vars(), (n for row in counts for n in row), strict=True):
             master.model.add_hint(var, val)
@@ -537,8 +542,8 @@ def _solve_tiers(master: _Master, config: FleetConfig) -> tuple[Status, list[lis
         else:
             master.model.add(expression <= value)
     if counts is None:
-        return Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None
-    return status, counts, tuple(values), gap
+        return Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None, gap_tier
+    return status, counts, tuple(values), gap, gap_tier
 
 
 # ---------------------------------------------------------------------------------------------
@@ -750,7 +755,7 @@ def choose(
     for name, layout in seed:
         seeded[name][layout] += 1
     master = _Master(cluster, deployments, candidates, current_counts, pins, seeded)
-    status, counts, values, gap = _solve_tiers(master, config)
+    status, counts, values, gap, gap_tier = _solve_tiers(master, config)
     placed: list[PlacedReplica] = []
     unplaced: list[UnplacedReplica] = []
     for deployment, options, row in zip(deployments, candidates, counts, strict=True):
@@ -791,6 +796,7 @@ def choose(
         reasons=tuple(reasons),
         objective=values,
         gap=gap,
+        gap_tier=gap_tier,
         stats=(stats,),
     )
 

@@ -56,7 +56,7 @@ def test_model_to_deployment() -> None:
 
 
 def test_bad_gpustack_input_names_the_field() -> None:
-    with pytest.raises(InputError, match="status.memory.total"):
+    with pytest.raises(InputError, match=r"status\.memory\.total"):
         cluster_from_gpustack([{"name": "x", "status": {}}])
     with pytest.raises(InputError, match="malformed GPU id"):
         deployment_from_gpustack(

@@ -128,4 +128,7 @@ class FleetPlan(Frozen):
     objective: tuple[int, ...] = ()
     """Tier values reached: priority weight placed, layers on GPU, -moves, -GPUs, -workers."""
     gap: float | None = None
+    """Relative distance between the solution and the bound of the first tier not proven optimal."""
+    gap_tier: str | None = None
+    """That tier (earlier tiers are proven); ``None`` when every tier is proven."""
     stats: tuple[EngineStats, ...] = ()
