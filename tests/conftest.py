@@ -11,6 +11,6 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=40, deadline=None, derandomize=True)
 settings.register_profile(
-    "ci", max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    "ci", max_examples=400, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures_gguf import gguf_string, raw_gguf, tiny_spec, u32, write_tiny
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerfit.errors import EstimationError
@@ -267,6 +267,7 @@ word_write = st.tuples(st.just("u64"), st.integers(0, len(VALID) - 8), st.sample
 dword_write = st.tuples(st.just("u32"), st.integers(0, len(VALID) - 4), st.sampled_from([v % 2**32 for v in EXTREMES]))
 
 
+@settings(max_examples=20 * settings.default.max_examples)  # 8,000 mutated headers under the ci profile
 @given(
     mutations=st.lists(st.one_of(byte_flip, word_write, dword_write), min_size=1, max_size=6),
     cut=st.one_of(st.none(), st.integers(0, len(VALID))),
