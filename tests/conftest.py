@@ -1,4 +1,4 @@
-"""Shared test settings: hypothesis profiles ``dev`` (quick) and ``ci`` (more examples).
+"""Shared test settings: hypothesis profiles ``dev`` (quick), ``ci`` (more examples) and ``stress``.
 
 Select with ``HYPOTHESIS_PROFILE=ci``; ``.ci/run`` does.
 """
@@ -13,4 +13,7 @@ settings.register_profile("dev", max_examples=40, deadline=None, derandomize=Tru
 settings.register_profile(
     "ci", max_examples=400, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
+settings.register_profile(
+    "stress", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)  # random seeds, many examples: for hunting edge cases by hand
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

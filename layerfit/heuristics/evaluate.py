@@ -100,9 +100,14 @@ class Evaluator:
         )
 
     def _every_device_used(self, where: Placement, n_gpu_layers: int) -> bool:
-        """Every device with a share holds a layer; otherwise the layout is a smaller placement's."""
-        held = len(self.shape(n_gpu_layers, where.shares).devices)
-        return held == sum(1 for share in where.shares if share > 0) or n_gpu_layers == 0
+        """Every device with a share holds a layer; otherwise the layout is a smaller placement's.
+        Without any positive share (GPUs with nothing allocatable) nothing can be placed."""
+        if n_gpu_layers == 0:
+            return True
+        with_share = sum(1 for share in where.shares if share > 0)
+        if with_share == 0:
+            return False
+        return len(self.shape(n_gpu_layers, where.shares).devices) == with_share
 
     def devices_overhead(self, devices: tuple[GpuView, ...]) -> int:
         """The least the devices cost together besides their layers (each holds at least one)."""
