@@ -16,7 +16,7 @@ from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.plan import Plan, Reason, ReasonKind
 from layerfit.domain.profile import MemoryProfile
 from layerfit.memory import claims as compute_claims
-from layerfit.memory import gpu_layers_flag, layer_devices
+from layerfit.memory import device_blocks, gpu_layers_flag
 
 
 def capacity_reasons(cluster: Cluster, *all_claims: Claims) -> tuple[Reason, ...]:
@@ -215,9 +215,7 @@ def _tensor_split_reasons(tensor_split: tuple[float, ...], layout: Layout, order
         )
     if not layout.devices:
         return ()
-    placed = layer_devices(layout.n_blocks, gpu_layers_flag(layout), shares, order)
-    per_device = tuple(sum(1 for device in placed[: layout.n_blocks] if device == i) for i in range(len(shares)))
-    output_device = placed[layout.n_blocks]
+    per_device, output_device = device_blocks(layout.n_blocks, gpu_layers_flag(layout), shares, order)
     expected_output = len(layout.devices) - 1 if layout.output_offloaded else None
     if per_device != tuple(device.blocks for device in layout.devices) or output_device != expected_output:
         return (

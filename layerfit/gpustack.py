@@ -142,7 +142,6 @@ def candidate_to_gpustack(candidate: Candidate, cluster: Cluster, workers_by_nam
     total_layers = layout.n_blocks + 1
     main = cluster.worker(layout.main_worker)
     main_claim = _claim(claims, main.name, layout.gpu_layers, total_layers, main.unified_memory)
-    main_claim["offload_layers"] = layout.gpu_layers
     main_claim["tensor_split"] = list(tensor_split_counts(layout)) if len(layout.devices) > 1 else None
     subordinates = []
     for device in layout.rpc_devices:

@@ -293,16 +293,25 @@ def layer_devices(
     return tuple(devices)
 
 
-def split_layers(
+def device_blocks(
     n_blocks: int, n_gpu_layers: int, tensor_split: Sequence[float], order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
-) -> tuple[int, tuple[int, ...], bool]:
-    """What llama.cpp does with ``-ngl`` and ``-ts``: (CPU blocks, blocks per device, output offloaded)."""
+) -> tuple[tuple[int, ...], int | None]:
+    """Blocks llama.cpp gives each device from ``-ngl``/``-ts``, and the device of the output layer
+    (``None``: it stays on the host)."""
     devices = layer_devices(n_blocks, n_gpu_layers, tensor_split, order)
     per_device = [0] * len(tensor_split)
     for device in devices[:n_blocks]:
         if device is not None:
             per_device[device] += 1
-    return n_blocks - sum(per_device), tuple(per_device), devices[n_blocks] is not None
+    return tuple(per_device), devices[n_blocks]
+
+
+def split_layers(
+    n_blocks: int, n_gpu_layers: int, tensor_split: Sequence[float], order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
+) -> tuple[int, tuple[int, ...], bool]:
+    """What llama.cpp does with ``-ngl`` and ``-ts``: (CPU blocks, blocks per device, output offloaded)."""
+    per_device, output_device = device_blocks(n_blocks, n_gpu_layers, tensor_split, order)
+    return n_blocks - sum(per_device), per_device, output_device is not None
 
 
 def layout_from_flags(
@@ -323,12 +332,7 @@ def layout_from_flags(
     shares = tuple(tensor_split) if tensor_split is not None else (1.0,) * len(gpus)
     if len(shares) != len(gpus):
         raise InputError("tensor_split", f"has {len(shares)} entries for {len(gpus)} devices")
-    devices = layer_devices(n_blocks, n_gpu_layers, shares, order)
-    output_device = devices[n_blocks]
-    per_device = [0] * len(gpus)
-    for device in devices[:n_blocks]:
-        if device is not None:
-            per_device[device] += 1
+    per_device, output_device = device_blocks(n_blocks, n_gpu_layers, shares, order)
     assignments = tuple(
         DeviceAssignment(worker=worker, gpu_index=index, blocks=per_device[i])
         for i, (worker, index) in enumerate(gpus)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from enum import StrEnum
 
 from pydantic import Field
@@ -125,8 +126,6 @@ class Command(Frozen):
 
     @property
     def line(self) -> str:
-        import shlex
-
         return shlex.join((self.program, *self.argv))
 
 

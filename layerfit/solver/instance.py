@@ -29,7 +29,7 @@ from layerfit.domain.cluster import Cluster, Gpu, Worker
 from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import DeviceRole, MemoryProfile
-from layerfit.memory import layer_devices
+from layerfit.memory import device_blocks
 from layerfit.solver.costs import Costs, memory_costs
 from layerfit.solver.scale import Scale, choose_scale, tie_break_unit
 
@@ -273,16 +273,14 @@ def _rules(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
 
 
 def _tensor_split(tensor_split: Iterable[float], n_blocks: int, order: OffloadOrder) -> TensorSplit:
-    """For every GPU-layer count, the blocks llama.cpp gives each device (``memory.layer_devices``),
+    """For every GPU-layer count, the blocks llama.cpp gives each device (``memory.device_blocks``),
     as ``check`` reads a split; counts that leave a device without a layer, or put the output layer
     anywhere but on the last device, are dropped (no layout over these devices matches them)."""
     shares = tuple(share for share in tensor_split if share > 0)
     last = len(shares) - 1
     table: dict[int, tuple[int, ...]] = {}
     for layers in range(1, n_blocks + 2):
-        placed = layer_devices(n_blocks, layers, shares, order)
-        per_device = tuple(sum(1 for device in placed[:n_blocks] if device == i) for i in range(len(shares)))
-        output_device = placed[n_blocks]
+        per_device, output_device = device_blocks(n_blocks, layers, shares, order)
         # every device holds a layer, and the output layer (when offloaded) is on the last one
         if all(per_device[:-1]) and (per_device[-1] or output_device == last) and output_device in (None, last):
             table[layers] = per_device
