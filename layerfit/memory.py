@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from itertools import accumulate
+from typing import NamedTuple
 
 import numpy as np
 
@@ -107,6 +108,35 @@ def host_prefix_bytes(profile: MemoryProfile) -> tuple[int, ...]:
     return (0, *accumulate(per_block))
 
 
+class MainHostOverhead(NamedTuple):
+    """Main-worker RAM besides kept blocks, itemised as ``WorkerClaim`` reports it."""
+
+    fixed_bytes: int
+    embedding_bytes: int
+    output_bytes: int
+    compute_bytes: int
+
+
+def main_host_overhead(
+    profile: MemoryProfile,
+    *,
+    partial: bool,
+    output_offloaded: bool,
+    has_main_gpu: bool,
+    multi_device: bool | None = None,
+) -> MainHostOverhead:
+    """Fixed cost (with the main-GPU extras when there is no main GPU), token embedding, the output
+    layer kept on the host, and the host compute buffer (the logits too when the output stays)."""
+    kept_output = not output_offloaded
+    return MainHostOverhead(
+        fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
+        embedding_bytes=profile.token_embedding_bytes,
+        output_bytes=profile.host_output_bytes if kept_output else 0,
+        compute_bytes=profile.host_compute.bytes_for(partial, multi_device)
+        + (profile.host_output_compute_bytes if kept_output else 0),
+    )
+
+
 def main_host_overhead_bytes(
     profile: MemoryProfile,
     *,
@@ -119,14 +149,15 @@ def main_host_overhead_bytes(
 
     ``multi_device=None`` (device count not modelled) takes the larger host compute buffer.
     """
-    ram = (
-        profile.host_fixed_bytes + profile.token_embedding_bytes + profile.host_compute.bytes_for(partial, multi_device)
+    return sum(
+        main_host_overhead(
+            profile,
+            partial=partial,
+            output_offloaded=output_offloaded,
+            has_main_gpu=has_main_gpu,
+            multi_device=multi_device,
+        )
     )
-    if not output_offloaded:
-        ram += profile.host_output_bytes + profile.host_output_compute_bytes
-    if not has_main_gpu:
-        ram += profile.extra_main_gpu_bytes
-    return ram
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,17 +222,23 @@ def _worker_claims(
     kept = layout.cpu_blocks
     has_main_gpu = any(claim.role is DeviceRole.MAIN for claim in devices)
     kv_kept = sum(profile.block_kv_bytes[:kept])
+    overhead = main_host_overhead(
+        profile,
+        partial=partial,
+        output_offloaded=layout.output_offloaded,
+        has_main_gpu=has_main_gpu,
+        multi_device=len(layout.devices) > 1,
+    )
     main = WorkerClaim(
         worker=layout.main_worker,
         is_main=True,
         unified_memory=layout.main_worker in unified_workers,
-        fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
+        fixed_bytes=overhead.fixed_bytes,
         weight_bytes=sum(profile.host_weight_bytes(i) for i in range(kept)),
         kv_bytes=kv_kept,
-        embedding_bytes=profile.token_embedding_bytes,
-        output_bytes=0 if layout.output_offloaded else profile.host_output_bytes,
-        compute_bytes=profile.host_compute.bytes_for(partial, len(layout.devices) > 1)
-        + (0 if layout.output_offloaded else profile.host_output_compute_bytes),
+        embedding_bytes=overhead.embedding_bytes,
+        output_bytes=overhead.output_bytes,
+        compute_bytes=overhead.compute_bytes,
         vram_bytes=sum(claim.total_bytes for claim in devices if claim.worker == layout.main_worker),
     )
     result = [main]
