@@ -1,0 +1,72 @@
+"""``layerfit plan`` and ``layerfit explain``: place one deployment, or say why it does not fit."""
+
+from __future__ import annotations
+
+import argparse
+
+from layerfit.cli.common import EXAMPLES, HELP_FORMAT, deployment_from_args, exit_code, planner_config, write_plot
+from layerfit.cli.render import render_plan
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import OffloadOrder, Policy
+from layerfit.domain.deployment import ModelKind
+from layerfit.domain.layout import Layout
+from layerfit.io import load_file
+
+
+def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
+    from layerfit import planner
+
+    cluster = load_file(Cluster, args.cluster)
+    deployment = deployment_from_args(args, rest)
+    config = planner_config(args)
+    if args.layout is not None:
+        plan = planner.evaluate(cluster, deployment, load_file(Layout, args.layout), config)
+    else:
+        plan = planner.plan(cluster, deployment, config, explain=args.command == "explain")
+    print(plan.model_dump_json(indent=2) if args.json else render_plan(plan))
+    write_plot(
+        args.plot,
+        cluster,
+        [(f"{plan.deployment}: {plan.status.value}", [(plan.deployment, c.claims) for c in [plan.best] if c])],
+    )
+    return exit_code(plan.status)
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``plan`` and ``explain`` to the subcommands."""
+    plan = commands.add_parser(
+        "plan", help="place one deployment", epilog=EXAMPLES, formatter_class=HELP_FORMAT, allow_abbrev=False
+    )
+    _add_plan_arguments(plan)
+    plan.set_defaults(handler=cmd_plan)
+    explain = commands.add_parser(
+        "explain",
+        help="why a deployment does not fit, and the smallest change that would",
+        epilog=EXAMPLES,
+        formatter_class=HELP_FORMAT,
+        allow_abbrev=False,
+    )
+    _add_plan_arguments(explain)
+    explain.set_defaults(handler=cmd_plan)
+
+
+def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", required=True, help="cluster YAML/JSON (workers, GPUs, allocatable memory)")
+    parser.add_argument("--deployment", help="deployment YAML/JSON (model, llama.cpp parameters, rules)")
+    parser.add_argument("--model", help="GGUF file; llama.cpp parameters may follow (-c 8192 -ngl 99 -ts 1,1 ...)")
+    parser.add_argument("--name", help="deployment name (default: the model file's name)")
+    parser.add_argument("--no-cpu-offloading", action="store_true", help="forbid layers on the CPU")
+    parser.add_argument("--distributed", action="store_true", help="allow RPC servers on other workers")
+    parser.add_argument("--gpus", help="manual GPU selection: worker:cuda:0,worker:cuda:1")
+    parser.add_argument("--kind", choices=[k.value for k in ModelKind], default=ModelKind.LLM.value)
+    parser.add_argument("--layout", help="evaluate this layout instead of searching for one")
+    parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.BINPACK.value)
+    parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit in seconds (default 10)")
+    parser.add_argument(
+        "--offload-order",
+        choices=[o.value for o in OffloadOrder],
+        default=OffloadOrder.OUTPUT_FIRST.value,
+        help="output-last for llama.cpp builds older than December 2025",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--plot", help="draw the plan into FILE.png, FILE.svg or FILE.html")

@@ -1,0 +1,54 @@
+"""``layerfit replan``: re-plan a whole fleet and list the moves."""
+
+from __future__ import annotations
+
+import argparse
+
+from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, exit_code, write_plot
+from layerfit.cli.render import render_fleet
+from layerfit.domain.fleet import Executor, Fleet, FleetConfig
+from layerfit.errors import InputError
+from layerfit.io import load_file
+
+
+def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
+    from layerfit.fleet import plan_fleet
+
+    if rest:
+        raise InputError("replan", f"unexpected arguments {rest}")
+    fleet = load_file(Fleet, args.fleet)
+    config = FleetConfig(
+        time_limit_s=args.time_limit, executor=Executor(args.executor), progress=not args.quiet and not args.json
+    )
+    result = plan_fleet(fleet, config)
+    print(result.model_dump_json(indent=2) if args.json else render_fleet(result))
+    before = [(f"{p.deployment}#{p.replica}", p.layout) for p in fleet.current]
+    if args.plot:
+        from layerfit.check import reference_reasons, unified_workers
+        from layerfit.memory import claims
+        from layerfit.planner import resolve_profile
+
+        profiles = {d.name: resolve_profile(d) for d in fleet.deployments}
+        unified = unified_workers(fleet.cluster)
+        old = [
+            (name, claims(profiles[name.rsplit("#", 1)[0]], layout, unified))
+            for name, layout in before
+            if not reference_reasons(fleet.cluster, layout)
+        ]
+        new = [(f"{p.deployment}#{p.replica}", p.claims) for p in result.placements]
+        write_plot(args.plot, fleet.cluster, [("current", old), ("new plan", new)])
+    return exit_code(result.status) if not result.unplaced or result.placements else EXIT_NO_FIT
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``replan`` to the subcommands."""
+    replan = commands.add_parser(
+        "replan", help="re-plan a whole fleet and list the moves", epilog=EXAMPLES, formatter_class=HELP_FORMAT
+    )
+    replan.add_argument("fleet", help="fleet YAML/JSON: cluster, deployments, current placements")
+    replan.add_argument("--time-limit", type=float, default=60.0, help="master solver time limit (default 60 s)")
+    replan.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value)
+    replan.add_argument("--json", action="store_true", help="print the fleet plan as JSON")
+    replan.add_argument("--quiet", action="store_true", help="no progress display")
+    replan.add_argument("--plot", help="draw current and new placement into FILE.png, FILE.svg or FILE.html")
+    replan.set_defaults(handler=cmd_replan)
