@@ -1,0 +1,193 @@
+"""Candidate layouts for one deployment, each checked alone against the cluster.
+
+Its current layouts; a single-GPU full offload on every GPU that can hold it (the claims of such a
+layout do not depend on which GPU, so they are computed once per memory type); for the workers
+with several GPUs, the fewest-GPU full offloads on that worker alone; and, when nothing fits on one
+worker, the single-deployment planner's layouts over the whole cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+from layerfit.check import check_layout, offload_order_reasons, rule_reasons, unified_workers
+from layerfit.domain.cluster import Cluster, Worker
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.layout import Claims, DeviceAssignment, Layout
+from layerfit.domain.profile import MemoryProfile
+from layerfit.layouts import worker_layouts
+from layerfit.memory import claims as compute_claims
+from layerfit.memory import make_layout
+
+CandidateSet = tuple[tuple[Layout, Claims], ...]
+Item = TypeVar("Item")
+
+
+def _stratified(items: Sequence[Item], limit: int, offset: int) -> list[Item]:
+    """At most ``limit`` items spread evenly over ``items``, starting at a per-deployment offset."""
+    if limit <= 0 or len(items) <= limit:
+        return list(items)
+    step = len(items) / limit
+    return [items[int((i * step + offset % max(1, int(step))) % len(items))] for i in range(limit)]
+
+
+def _single_layout(profile: MemoryProfile, config: PlannerConfig, worker: Worker, index: int) -> Layout:
+    device = DeviceAssignment(worker=worker.name, gpu_index=index, blocks=profile.n_blocks)
+    return make_layout(worker.name, profile.n_blocks, [device], config.offload_order)
+
+
+def _single_template(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, worker: Worker, index: int
+) -> Claims | None:
+    """The claims of a full offload on one GPU of this worker's memory type; ``None`` if a rule forbids it."""
+    layout = _single_layout(profile, config, worker, index)
+    rules = (
+        *offload_order_reasons(layout, config.offload_order),
+        *rule_reasons(cluster, deployment, profile, layout, config),
+    )
+    if rules:
+        return None
+    return compute_claims(profile, layout, {worker.name} if worker.unified_memory else ())
+
+
+def _template_fits(template: Claims, worker: Worker, index: int) -> bool:
+    ram = template.workers[0].pool_bytes if worker.unified_memory else template.workers[0].ram_bytes
+    return template.devices[0].total_bytes <= worker.gpu(index).allocatable_vram_bytes and (
+        ram <= worker.allocatable_ram_bytes
+    )
+
+
+def _moved_template(template: Claims, worker: Worker, index: int) -> Claims:
+    return template.model_copy(
+        update={
+            "devices": (template.devices[0].model_copy(update={"worker": worker.name, "gpu_index": index}),),
+            "workers": (template.workers[0].model_copy(update={"worker": worker.name}),),
+        }
+    )
+
+
+def _single_gpu_candidates(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, limit: int, offset: int
+) -> list[tuple[Layout, Claims]]:
+    """Full offloads on one GPU that fit. Their claims depend only on whether the worker has unified
+    memory, so the memory model and the rules run once per kind and capacities are compared per GPU."""
+    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
+    templates: dict[bool, Claims | None] = {}
+    fitting: list[tuple[Worker, int]] = []
+    for worker in cluster.workers:
+        for gpu in worker.gpus:
+            if selected is not None and (worker.name, gpu.index) not in selected:
+                continue
+            unified = worker.unified_memory
+            if unified not in templates:
+                templates[unified] = _single_template(cluster, deployment, profile, config, worker, gpu.index)
+            template = templates[unified]
+            if template is not None and _template_fits(template, worker, gpu.index):
+                fitting.append((worker, gpu.index))
+    chosen = []
+    for worker, index in _shared_and_spread(fitting, limit, offset):
+        template = templates[worker.unified_memory]
+        if template is not None:
+            chosen.append((_single_layout(profile, config, worker, index), _moved_template(template, worker, index)))
+    return chosen
+
+
+def _shared_and_spread(fitting: list[tuple[Worker, int]], limit: int, offset: int) -> list[tuple[Worker, int]]:
+    """Half of the GPUs that fit tightest (the same ones for every deployment, so that several can
+    share a GPU), half spread evenly over the rest (so that deployments do not all compete for the
+    same few)."""
+    if limit <= 0 or len(fitting) <= limit:
+        return fitting
+    by_room = sorted(fitting, key=lambda item: (item[0].gpu(item[1]).allocatable_vram_bytes, item[0].name, item[1]))
+    tight = by_room[: limit // 2]
+    return tight + _stratified(by_room[limit // 2 :], limit - len(tight), offset)
+
+
+def _lower_bound_vram(profile: MemoryProfile) -> int:
+    """VRAM any full offload needs in total, whatever the split: weights, KV and the output layer."""
+    return sum(profile.block_weight_bytes) + sum(profile.block_kv_bytes) + profile.output_weight_bytes
+
+
+def _multi_gpu_hosts(cluster: Cluster, deployment: Deployment, profile: MemoryProfile) -> list[Worker]:
+    """Workers with several GPUs whose VRAM together can hold a full offload, smallest first."""
+    needed = _lower_bound_vram(profile)
+    return sorted(
+        (
+            worker
+            for worker in cluster.workers
+            if len(worker.gpus) > 1
+            and (deployment.gpu_selection is None or worker.name in deployment.selected_workers)
+            and sum(gpu.allocatable_vram_bytes for gpu in worker.gpus) >= needed
+        ),
+        key=lambda worker: (sum(gpu.allocatable_vram_bytes for gpu in worker.gpus), worker.name),
+    )
+
+
+def _planner_candidates(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+) -> CandidateSet:
+    """The single-deployment planner's layouts over the whole cluster (distributed or partial)."""
+    from layerfit.planner import plan as plan_one
+
+    result = plan_one(cluster, deployment, config, profile, explain=False)
+    layouts = [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
+    return valid_candidates(cluster, deployment, profile, config, layouts)
+
+
+def generate_candidates(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    current: Sequence[Layout] = (),
+    limit: int = 0,
+    offset: int = 0,
+) -> CandidateSet:
+    """Valid layouts for one deployment, each fitting the cluster alone (see the module docstring).
+
+    ``limit`` caps the single-GPU candidates (spread evenly over the GPUs, from ``offset``).
+    """
+    found = list(valid_candidates(cluster, deployment, profile, config, current))
+    singles = _single_gpu_candidates(cluster, deployment, profile, config, limit, offset)
+    found += singles
+    fits_one_worker = bool(singles)
+    if deployment.kind is not ModelKind.IMAGE:
+        for worker in _stratified(_multi_gpu_hosts(cluster, deployment, profile), limit, offset):
+            multi = valid_candidates(cluster, deployment, profile, config, worker_layouts(worker, profile, config))
+            found += multi[:1]
+            fits_one_worker = fits_one_worker or bool(multi)
+    if not fits_one_worker:
+        # Nothing fits fully on one worker: let the single-deployment planner find distributed or
+        # partial layouts over the whole cluster.
+        found += _planner_candidates(cluster, deployment, profile, config)
+    unique: dict[Layout, Claims] = {}
+    for layout, claims in found:
+        unique.setdefault(layout, claims)
+    return tuple(unique.items())
+
+
+def valid_candidates(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layouts: Iterable[Layout]
+) -> CandidateSet:
+    """The distinct layouts that pass every check alone, with their claims."""
+    unified = unified_workers(cluster)
+    seen: set[Layout] = set()
+    valid: list[tuple[Layout, Claims]] = []
+    for layout in layouts:
+        if layout in seen:
+            continue
+        seen.add(layout)
+        if check_layout(cluster, deployment, profile, layout, config):
+            continue
+        valid.append((layout, compute_claims(profile, layout, unified)))
+    return tuple(valid)
+
+
+CandidateTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Layout, ...], int, int]
+
+
+def candidates_task(args: CandidateTask) -> CandidateSet:
+    """One deployment's candidates from a picklable task (for the executors)."""
+    return generate_candidates(*args)

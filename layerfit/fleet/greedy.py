@@ -1,0 +1,99 @@
+"""A first solution of the master problem: best-fit decreasing, from pins and current placements."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from layerfit.domain.layout import Layout
+from layerfit.fleet.master import Counts, Master
+
+
+def _gpu_size(master: Master, d: int) -> int:
+    """The least VRAM (MiB) any candidate of deployment ``d`` takes."""
+    return min((sum(mib for key, mib in takes if isinstance(key, tuple)) for takes in master.loads[d]), default=0)
+
+
+def gpus_used(master: Master, counts: Counts) -> int:
+    return len(
+        {
+            key
+            for d, row in enumerate(counts)
+            for c, n in enumerate(row)
+            if n
+            for key, _ in master.loads[d][c]
+            if isinstance(key, tuple)
+        }
+    )
+
+
+def greedy(master: Master) -> Counts:
+    """The better of two best-fit-decreasing passes, one taking deployments by priority then size,
+    one by size alone (it packs better when all fit); a third from the seed when there is one."""
+    indices = range(len(master.deployments))
+    by_priority = sorted(indices, key=lambda d: (-master.weights[master.deployments[d].name], -_gpu_size(master, d)))
+    by_size = sorted(indices, key=lambda d: -_gpu_size(master, d))
+    passes = [best_fit(master, by_priority), best_fit(master, by_size)]
+    if master.seed:
+        passes.append(best_fit(master, by_priority, master.seed))
+    return max(passes, key=lambda counts: (*master.tier_values(counts)[:2], -gpus_used(master, counts)))
+
+
+class _Packing:
+    """Free MiB per resource and replicas per candidate while packing."""
+
+    def __init__(self, master: Master) -> None:
+        self.master = master
+        self.free = dict(master.capacity)
+        self.counts: Counts = [[0] * len(row) for row in master.x]
+        self.left = [deployment.replicas for deployment in master.deployments]
+
+    def fits(self, d: int, c: int) -> bool:
+        return all(self.free[key] >= mib for key, mib in self.master.loads[d][c])
+
+    def take(self, d: int, c: int) -> bool:
+        if not self.fits(d, c):
+            return False
+        for key, mib in self.master.loads[d][c]:
+            self.free[key] -= mib
+        self.counts[d][c] += 1
+        self.left[d] -= 1
+        return True
+
+    def fit_score(self, d: int, c: int) -> tuple[int, int]:
+        """GPUs the candidate would open, then the VRAM it would leave free on its GPUs."""
+        gpus = [(key, mib) for key, mib in self.master.loads[d][c] if isinstance(key, tuple)]
+        opened = sum(1 for key, _ in gpus if self.free[key] == self.master.capacity[key])
+        return opened, sum(self.free[key] - mib for key, mib in gpus)
+
+    def take_wanted(self, wanted: Mapping[str, Counter[Layout]]) -> None:
+        for d, deployment in enumerate(self.master.deployments):
+            for c, (layout, _) in enumerate(self.master.candidates[d]):
+                missing = wanted.get(deployment.name, Counter()).get(layout, 0) - self.counts[d][c]
+                for _ in range(min(missing, self.left[d])):
+                    self.take(d, c)
+
+    def take_best(self, d: int) -> None:
+        """Replicas of ``d`` on the candidate with the most GPU layers, fewest new GPUs, tightest fit."""
+        candidates = self.master.candidates[d]
+        while self.left[d] > 0:
+            fitting = [c for c in range(len(candidates)) if self.fits(d, c)]
+            if not fitting:
+                break
+            layers = max(candidates[c][0].gpu_layers for c in fitting)
+            best = min(
+                (c for c in fitting if candidates[c][0].gpu_layers == layers), key=lambda c: self.fit_score(d, c)
+            )
+            self.take(d, best)
+
+
+def best_fit(master: Master, order: Sequence[int], preferred: Mapping[str, Counter[Layout]] | None = None) -> Counts:
+    """Pinned replicas, then replicas kept where they run (then ``preferred`` layouts), then the
+    rest in ``order``, each on the candidate with the most layers on GPUs that opens the fewest
+    GPUs and fits tightest."""
+    packing = _Packing(master)
+    for wanted in (master.pins, master.current, preferred or {}):
+        packing.take_wanted(wanted)
+    for d in order:
+        packing.take_best(d)
+    return packing.counts

@@ -1,0 +1,197 @@
+"""The master problem: how many replicas of each deployment use each candidate layout.
+
+``x[d, c]`` = replicas of deployment ``d`` on candidate ``c``. The claims of all chosen candidates
+add up per GPU and per worker (RAM, or the whole pool on unified-memory workers) and must fit.
+Sizes are scaled to MiB, claims rounded up and capacities down, so the scaled model can only be
+more conservative than the byte-exact check that follows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from layerfit.domain.base import MiB
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import Claims, Layout
+from layerfit.errors import InputError
+from layerfit.fleet.candidates import CandidateSet
+
+ResourceKey = tuple[str, int] | str
+"""A GPU as (worker, index), or a worker's RAM (or unified pool) by its name."""
+Takes = list[tuple[ResourceKey, int]]
+"""What one replica on a candidate takes: (resource, MiB) pairs."""
+Counts = list[list[int]]
+"""Replicas per candidate, per deployment."""
+
+
+def priority_weights(deployments: Sequence[Deployment]) -> dict[str, int]:
+    """Weights such that one replica of a priority outweighs all replicas of every lower priority."""
+    replicas_at: Counter[int] = Counter()
+    for deployment in deployments:
+        replicas_at[deployment.priority] += deployment.replicas
+    weight_of: dict[int, int] = {}
+    lower_total = 0
+    for priority in sorted(replicas_at):
+        weight_of[priority] = lower_total + 1
+        lower_total += weight_of[priority] * replicas_at[priority]
+    if lower_total >= 2**50:
+        raise InputError("priority", "too many distinct priorities to weigh exactly; use fewer levels")
+    return {deployment.name: weight_of[deployment.priority] for deployment in deployments}
+
+
+def mib_up(n_bytes: int) -> int:
+    return -(-n_bytes // MiB)
+
+
+def claim_takes(cluster: Cluster, claims: Claims) -> Takes:
+    """The MiB (rounded up) a layout's claims take from each GPU and each worker's RAM or pool."""
+    takes: Takes = [((device.worker, device.gpu_index), mib_up(device.total_bytes)) for device in claims.devices]
+    for worker_claim in claims.workers:
+        unified = cluster.worker(worker_claim.worker).unified_memory
+        need = worker_claim.pool_bytes if unified else worker_claim.ram_bytes
+        takes.append((worker_claim.worker, mib_up(need)))
+    return takes
+
+
+def capacities_mib(cluster: Cluster) -> dict[ResourceKey, int]:
+    """Allocatable VRAM per GPU and RAM (or pool) per worker, in MiB rounded down."""
+    capacity: dict[ResourceKey, int] = {}
+    for worker in cluster.workers:
+        for gpu in worker.gpus:
+            capacity[(worker.name, gpu.index)] = gpu.allocatable_vram_bytes // MiB
+        capacity[worker.name] = worker.allocatable_ram_bytes // MiB
+    return capacity
+
+
+class Master:
+    """The master CP-SAT model: replicas per candidate, capacities, tier expressions."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        deployments: Sequence[Deployment],
+        candidates: Sequence[CandidateSet],
+        current: dict[str, Counter[Layout]],
+        pins: dict[str, Counter[Layout]],
+        seed: dict[str, Counter[Layout]] | None = None,
+    ) -> None:
+        self.model = cp_model.CpModel()
+        self.seed = seed or {}
+        self.deployments = deployments
+        self.candidates = candidates
+        self.current = current
+        self.pins = pins
+        self.weights = priority_weights(deployments)
+        self.capacity = capacities_mib(cluster)
+        self.loads: list[list[Takes]] = [
+            [claim_takes(cluster, claims) for _, claims in options] for options in candidates
+        ]
+        """Per deployment, per candidate: (GPU or worker key, MiB) it takes."""
+        self.moves_total = sum(sum(current.get(d.name, Counter()).values()) for d in deployments)
+        self.x: list[list[cp_model.IntVar]] = []
+        kept_terms: list[cp_model.IntVar] = []
+        for d, deployment in enumerate(deployments):
+            self.x.append(self._replica_row(d, deployment))
+            kept_terms += self._kept_and_pinned(d, deployment)
+        self._capacity_rows(cluster)
+        self.used_gpus = self._usage(self._users(lambda key: isinstance(key, tuple)), "gpu")
+        self.used_workers = self._usage(self._users(lambda key: isinstance(key, str)), "worker")
+        self.placed = sum(self.weights[d.name] * var for d, row in zip(deployments, self.x, strict=True) for var in row)
+        self.layers = sum(
+            layout.gpu_layers * var
+            for options, row in zip(candidates, self.x, strict=True)
+            for (layout, _), var in zip(options, row, strict=True)
+        )
+        self.kept = sum(kept_terms)
+        self.footprint = sum(self.used_gpus) * (len(cluster.workers) + 1) + sum(self.used_workers)
+
+    def _replica_row(self, d: int, deployment: Deployment) -> list[cp_model.IntVar]:
+        row = [self.model.new_int_var(0, deployment.replicas, f"x_{d}_{c}") for c in range(len(self.candidates[d]))]
+        if row:
+            self.model.add(sum(row) <= deployment.replicas)
+        return row
+
+    def _kept_and_pinned(self, d: int, deployment: Deployment) -> list[cp_model.IntVar]:
+        """Replicas kept where they run now (at most the current count), and pins as lower bounds."""
+        now = self.current.get(deployment.name, Counter())
+        pinned_here = self.pins.get(deployment.name, Counter())
+        kept: list[cp_model.IntVar] = []
+        for c, (layout, _) in enumerate(self.candidates[d]):
+            var = self.x[d][c]
+            if layout in now:
+                kept.append(self.model.new_int_var(0, now[layout], f"kept_{d}_{c}"))
+                self.model.add(kept[-1] <= var)
+            if pinned_here.get(layout, 0):
+                self.model.add(var >= pinned_here[layout])
+        return kept
+
+    def _capacity_rows(self, cluster: Cluster) -> None:
+        load: dict[ResourceKey, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+        for row, row_loads in zip(self.x, self.loads, strict=True):
+            for var, takes in zip(row, row_loads, strict=True):
+                for key, mib in takes:
+                    load[key].append((mib, var))
+        for worker in cluster.workers:
+            keys: list[ResourceKey] = [(worker.name, gpu.index) for gpu in worker.gpus]
+            for key in [*keys, worker.name]:
+                if load.get(key):
+                    self.model.add(sum(size * var for size, var in load[key]) <= self.capacity[key])
+
+    def _users(self, selects: Any) -> dict[ResourceKey, list[tuple[int, cp_model.IntVar]]]:
+        """Per resource that ``selects`` keeps, in first-use order: (replica bound, variable) of its users."""
+        users: dict[ResourceKey, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+        for deployment, row, row_loads in zip(self.deployments, self.x, self.loads, strict=True):
+            for var, takes in zip(row, row_loads, strict=True):
+                for key, _ in takes:
+                    if selects(key):
+                        users[key].append((deployment.replicas, var))
+        return users
+
+    def _usage(self, users: Mapping[Any, list[tuple[int, cp_model.IntVar]]], name: str) -> list[cp_model.IntVar]:
+        flags = []
+        for i, terms in enumerate(users.values()):
+            flag = self.model.new_bool_var(f"used_{name}_{i}")
+            for replicas, var in terms:
+                self.model.add(var <= replicas * flag)
+            flags.append(flag)
+        return flags
+
+    def all_vars(self) -> list[cp_model.IntVar]:
+        return [var for row in self.x for var in row]
+
+    def upper_bounds(self) -> tuple[int, int, int]:
+        """Simple bounds of the maximised tiers: every replica placed, with all its layers on GPUs,
+        and every current replica kept."""
+        placed = layers = kept = 0
+        for d, deployment in enumerate(self.deployments):
+            options = self.candidates[d]
+            if not options:
+                continue
+            placed += self.weights[deployment.name] * deployment.replicas
+            layers += deployment.replicas * max(layout.gpu_layers for layout, _ in options)
+            now = self.current.get(deployment.name, Counter())
+            kept += sum(min(now[layout], deployment.replicas) for layout, _ in options if layout in now)
+        return placed, layers, kept
+
+    def tier_values(self, counts: Sequence[Sequence[int]]) -> tuple[int, int, int]:
+        """The maximised tiers' values of a solution given as replicas per candidate."""
+        placed = layers = kept = 0
+        for d, deployment in enumerate(self.deployments):
+            now = self.current.get(deployment.name, Counter())
+            for (layout, _), n in zip(self.candidates[d], counts[d], strict=True):
+                placed += self.weights[deployment.name] * n
+                layers += layout.gpu_layers * n
+                kept += min(n, now.get(layout, 0))
+        return placed, layers, kept
+
+    def satisfies_pins(self, counts: Sequence[Sequence[int]]) -> bool:
+        return all(
+            n >= self.pins.get(deployment.name, Counter()).get(layout, 0)
+            for d, deployment in enumerate(self.deployments)
+            for (layout, _), n in zip(self.candidates[d], counts[d], strict=True)
+        )

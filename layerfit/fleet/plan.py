@@ -1,0 +1,217 @@
+"""plan_fleet(): candidates, the master problem, replicas and moves, put together."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+
+from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, PlacedReplica, UnplacedReplica
+from layerfit.domain.layout import Layout
+from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
+from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import SolverError
+from layerfit.fleet.candidates import CandidateSet, CandidateTask, candidates_task, valid_candidates
+from layerfit.fleet.executors import run_tasks
+from layerfit.fleet.master import Master
+from layerfit.fleet.moves import assign_replicas, order_moves
+from layerfit.fleet.sequential import heuristic_layout, plan_sequential, resolve_profiles
+from layerfit.fleet.tiers import solve_tiers
+from layerfit.memory import claims as compute_claims
+
+
+def _pin_reasons(
+    fleet: Fleet, profiles: Mapping[str, MemoryProfile], config: PlannerConfig
+) -> tuple[dict[str, Counter[Layout]], list[Reason]]:
+    """Pins that still fit are enforced; a pin that no longer fits is reported, never dropped silently."""
+    by_name = {d.name: d for d in fleet.deployments}
+    pins: dict[str, Counter[Layout]] = defaultdict(Counter)
+    reasons: list[Reason] = []
+    for placement in fleet.current:
+        if not placement.pinned:
+            continue
+        deployment = by_name[placement.deployment]
+        broken = check_layout(fleet.cluster, deployment, profiles[deployment.name], placement.layout, config)
+        if broken:
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.PIN_BROKEN,
+                    message=f"pinned replica {placement.replica} of {placement.deployment} no longer fits where it is: "
+                    + "; ".join(reason.message for reason in broken),
+                    severity=Severity.WARNING,
+                    worker=placement.layout.main_worker,
+                )
+            )
+            continue
+        pins[placement.deployment][placement.layout] += 1
+    return pins, reasons
+
+
+def _candidate_tasks(
+    fleet: Fleet, profiles: Mapping[str, MemoryProfile], config: FleetConfig, planner_config: PlannerConfig
+) -> list[CandidateTask]:
+    current_layouts: dict[str, list[Layout]] = defaultdict(list)
+    for placement in fleet.current:
+        current_layouts[placement.deployment].append(placement.layout)
+    return [
+        (
+            fleet.cluster,
+            d,
+            profiles[d.name],
+            planner_config,
+            tuple(dict.fromkeys(current_layouts[d.name])),
+            config.max_single_gpu_candidates,
+            position,
+        )
+        for position, d in enumerate(fleet.deployments)
+    ]
+
+
+def _with_sequential_seed(
+    fleet: Fleet,
+    profiles: Mapping[str, MemoryProfile],
+    candidates: list[CandidateSet],
+    config: FleetConfig,
+    planner_config: PlannerConfig,
+) -> tuple[list[CandidateSet], list[tuple[str, Layout]]]:
+    """One at a time, GPUStack's way: its layouts join the candidates and its assignment is one of
+    the starting solutions, so the joint plan is never behind it on the tiers."""
+    if config.sequential_seed is None:
+        return candidates, []
+    seed_config = planner_config.model_copy(update={"policy": config.sequential_seed})
+    placed, _ = plan_sequential(fleet, lambda c, d, p: heuristic_layout(c, d, p, seed_config), profiles)
+    seed = [(p.deployment, p.layout) for p in placed]
+    extra: dict[str, list[Layout]] = defaultdict(list)
+    for name, layout in seed:
+        extra[name].append(layout)
+    joined = [
+        (
+            *options,
+            *valid_candidates(
+                fleet.cluster,
+                d,
+                profiles[d.name],
+                planner_config,
+                [lay for lay in extra[d.name] if lay not in dict(options)],
+            ),
+        )
+        for d, options in zip(fleet.deployments, candidates, strict=True)
+    ]
+    return joined, seed
+
+
+def plan_fleet(
+    fleet: Fleet,
+    config: FleetConfig = FleetConfig(),
+    planner_config: PlannerConfig = PlannerConfig(time_limit_s=2.0),
+) -> FleetPlan:
+    """Place every replica that fits, jointly; then order the moves from the current placement."""
+    started = time.perf_counter()
+    profiles = dict(zip((d.name for d in fleet.deployments), resolve_profiles(fleet.deployments), strict=True))
+    candidates = run_tasks(candidates_task, _candidate_tasks(fleet, profiles, config, planner_config), config)
+    candidates, seed = _with_sequential_seed(fleet, profiles, candidates, config, planner_config)
+    generation_s = time.perf_counter() - started
+    result = choose(fleet, profiles, candidates, config, planner_config, seed)
+    stats = result.stats[0].model_copy(
+        update={
+            "wall_time_s": time.perf_counter() - started,
+            "details": {**result.stats[0].details, "candidate_generation_s": round(generation_s, 3)},
+        }
+    )
+    return result.model_copy(update={"stats": (stats,)})
+
+
+def _replicas(
+    deployments: Sequence[Deployment],
+    candidates: Sequence[CandidateSet],
+    counts: Sequence[Sequence[int]],
+    current_by: Mapping[str, dict[int, Layout]],
+) -> tuple[list[PlacedReplica], list[UnplacedReplica]]:
+    """Replica numbers for the chosen candidates; the replicas left out, with why."""
+    placed: list[PlacedReplica] = []
+    unplaced: list[UnplacedReplica] = []
+    for deployment, options, row in zip(deployments, candidates, counts, strict=True):
+        chosen = [layout for (layout, _), n in zip(options, row, strict=True) for _ in range(n)]
+        claims_of = dict(options)
+        assigned, missing = assign_replicas(deployment, chosen, current_by.get(deployment.name, {}))
+        placed += [
+            PlacedReplica(deployment=deployment.name, replica=r, layout=layout, claims=claims_of[layout], moved=moved)
+            for r, layout, moved in assigned
+        ]
+        why = _unplaced_reason(deployment, options)
+        unplaced += [UnplacedReplica(deployment=deployment.name, replica=r, reasons=(why,)) for r in missing]
+    return placed, unplaced
+
+
+def choose(
+    fleet: Fleet,
+    profiles: Mapping[str, MemoryProfile],
+    candidates: Sequence[CandidateSet],
+    config: FleetConfig = FleetConfig(),
+    planner_config: PlannerConfig = PlannerConfig(),
+    seed: Sequence[tuple[str, Layout]] = (),
+) -> FleetPlan:
+    """The master problem over given candidates (one set per deployment, in fleet order), and the moves.
+
+    ``seed`` (deployment, layout) pairs, such as a one-at-a-time placement, start the search.
+    """
+    started = time.perf_counter()
+    cluster, deployments = fleet.cluster, fleet.deployments
+    current_by: dict[str, dict[int, Layout]] = defaultdict(dict)
+    for placement in fleet.current:
+        current_by[placement.deployment][placement.replica] = placement.layout
+    pins, reasons = _pin_reasons(fleet, profiles, planner_config)
+    current_counts = {name: Counter(layouts.values()) for name, layouts in current_by.items()}
+    seeded: dict[str, Counter[Layout]] = defaultdict(Counter)
+    for name, layout in seed:
+        seeded[name][layout] += 1
+    outcome = solve_tiers(Master(cluster, deployments, candidates, current_counts, pins, seeded), config)
+    placed, unplaced = _replicas(deployments, candidates, outcome.counts, current_by)
+    if capacity_reasons(cluster, *(p.claims for p in placed)):
+        raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")
+    # Replicas on workers or GPUs that are gone are not running any more: nothing to stop there.
+    unified = unified_workers(cluster)
+    current = [
+        (p.deployment, p.replica, p.layout, compute_claims(profiles[p.deployment], p.layout, unified))
+        for p in fleet.current
+        if not reference_reasons(cluster, p.layout)
+    ]
+    moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed])
+    stats = EngineStats(
+        engine="fleet",
+        wall_time_s=time.perf_counter() - started,
+        status=outcome.status,
+        details={
+            "candidates": sum(len(options) for options in candidates),
+            "deployments": len(deployments),
+            "executor": config.executor.value,
+        },
+    )
+    return FleetPlan(
+        status=outcome.status,
+        placements=tuple(placed),
+        unplaced=tuple(unplaced),
+        moves=moves,
+        reasons=tuple(reasons),
+        objective=outcome.values,
+        gap=outcome.gap,
+        gap_tier=outcome.gap_tier,
+        stats=(stats,),
+    )
+
+
+def _unplaced_reason(deployment: Deployment, options: CandidateSet) -> Reason:
+    if not options:
+        return Reason(
+            kind=ReasonKind.NO_CANDIDATE,
+            message=f"{deployment.name} does not fit anywhere in this cluster, even alone",
+        )
+    return Reason(
+        kind=ReasonKind.NO_CANDIDATE,
+        message=f"{deployment.name}: no room left; its {len(options)} possible layouts are taken by deployments "
+        f"of the same or higher priority",
+        severity=Severity.WARNING,
+    )

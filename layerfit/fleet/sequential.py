@@ -1,0 +1,80 @@
+"""One replica at a time, GPUStack's way: the baseline the joint plan is compared with and seeded by."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from layerfit.check import unified_workers
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.fleet import Fleet, PlacedReplica, UnplacedReplica
+from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.profile import MemoryProfile
+from layerfit.memory import claims as compute_claims
+
+
+def resolve_profiles(deployments: Sequence[Deployment]) -> list[MemoryProfile]:
+    from layerfit.planner import resolve_profile
+
+    return [resolve_profile(deployment) for deployment in deployments]
+
+
+def subtract(cluster: Cluster, claims: Claims) -> Cluster:
+    """The cluster with ``claims`` taken out of its allocatable memory (for one-at-a-time placement)."""
+    workers = []
+    for worker in cluster.workers:
+        gpus = tuple(
+            gpu.model_copy(
+                update={
+                    "allocatable_vram_bytes": max(
+                        0, gpu.allocatable_vram_bytes - claims.vram_bytes(worker.name, gpu.index)
+                    )
+                }
+            )
+            for gpu in worker.gpus
+        )
+        claim = claims.worker(worker.name)
+        used = 0 if claim is None else (claim.pool_bytes if worker.unified_memory else claim.ram_bytes)
+        workers.append(
+            worker.model_copy(
+                update={"gpus": gpus, "allocatable_ram_bytes": max(0, worker.allocatable_ram_bytes - used)}
+            )
+        )
+    return cluster.model_copy(update={"workers": tuple(workers)})
+
+
+def plan_sequential(
+    fleet: Fleet,
+    planner: Callable[[Cluster, Deployment, MemoryProfile], Layout | None],
+    profiles: Mapping[str, MemoryProfile] | None = None,
+) -> tuple[list[PlacedReplica], list[UnplacedReplica]]:
+    """GPUStack's way: one replica at a time in arrival order, each taking what is left."""
+    cluster = fleet.cluster
+    placed: list[PlacedReplica] = []
+    unplaced: list[UnplacedReplica] = []
+    unified = unified_workers(cluster)
+    if profiles is None:
+        profiles = dict(zip((d.name for d in fleet.deployments), resolve_profiles(fleet.deployments), strict=True))
+    for deployment in fleet.deployments:
+        profile = profiles[deployment.name]
+        for replica in range(deployment.replicas):
+            layout = planner(cluster, deployment, profile)
+            if layout is None:
+                unplaced.append(UnplacedReplica(deployment=deployment.name, replica=replica))
+                continue
+            claims = compute_claims(profile, layout, unified)
+            placed.append(
+                PlacedReplica(deployment=deployment.name, replica=replica, layout=layout, claims=claims, moved=True)
+            )
+            cluster = subtract(cluster, claims)
+    return placed, unplaced
+
+
+def heuristic_layout(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+) -> Layout | None:
+    """The GPUStack-order heuristic's layout for one deployment on what is left."""
+    from layerfit import heuristics
+
+    return heuristics.plan(cluster, deployment, config, profile).layout
