@@ -163,6 +163,15 @@ def rule_reasons(
                     worker=layout.main_worker,
                 )
             )
+    reasons.extend(expert_reasons(profile, layout))
+    if not deployment.cpu_offloading and layout.host_expert_blocks:
+        reasons.append(
+            Reason(
+                kind=ReasonKind.CPU_OFFLOAD_NOT_ALLOWED,
+                message=f"experts of {len(layout.host_expert_blocks)} blocks stay in host RAM "
+                "but CPU offloading is not allowed",
+            )
+        )
     if not deployment.cpu_offloading and not layout.full_offload:
         reasons.append(
             Reason(
@@ -196,6 +205,24 @@ def rule_reasons(
             )
         )
     return tuple(reasons)
+
+
+def expert_reasons(profile: MemoryProfile, layout: Layout) -> tuple[Reason, ...]:
+    """Experts kept on the host must exist, and must be where the user's tensor overrides put them."""
+    dense = [block for block in layout.host_expert_blocks if profile.expert_bytes(block) == 0]
+    if dense:
+        message = f"blocks {dense} keep experts on the host but have no expert tensors"
+        return (Reason(kind=ReasonKind.EXPERTS_NOT_HONOURED, message=message, resource="host_expert_blocks"),)
+    if profile.fixed_host_experts is None:
+        return ()
+    wanted = tuple(block for block in profile.fixed_host_experts if block >= layout.cpu_blocks)
+    if layout.host_expert_blocks == wanted:
+        return ()
+    message = (
+        f"the tensor overrides keep experts of GPU blocks {list(wanted)} on the host, "
+        f"the layout those of {list(layout.host_expert_blocks)}"
+    )
+    return (Reason(kind=ReasonKind.EXPERTS_NOT_HONOURED, message=message, resource="override_tensor"),)
 
 
 def _tensor_split_reasons(tensor_split: tuple[float, ...], layout: Layout, order: OffloadOrder) -> tuple[Reason, ...]:

@@ -15,6 +15,11 @@ llama.cpp semantics followed here:
   holding the output layer + the input copies on the first device of a multi-device offload.
 * Host RAM of the main worker: fixed + kept blocks (host weight size and KV) + token embedding +
   output layer if kept + host compute buffer. Each rpc-server costs its worker a fixed amount.
+* MoE: a GPU-resident block whose experts stay on the host (``Layout.host_expert_blocks``) costs
+  its device the block less its expert tensors, and the main worker's RAM those tensors (host
+  expert size, per the mmap policy). Such a layout runs with tensor overrides, which switch off
+  llama.cpp's pipeline parallelism and leave weights on the host: it is priced with the
+  partial-offload compute buffers.
 """
 
 from __future__ import annotations
@@ -36,8 +41,16 @@ from layerfit.errors import InputError
 
 
 def is_partial(layout: Layout) -> bool:
-    """True when any block or the output layer stays on the host."""
-    return layout.cpu_blocks > 0 or not layout.output_offloaded
+    """True when any block, the output layer or a GPU-resident block's experts stay on the host."""
+    return layout.cpu_blocks > 0 or not layout.output_offloaded or bool(layout.host_expert_blocks)
+
+
+def host_expert_bytes(profile: MemoryProfile, blocks: Collection[int]) -> tuple[int, int]:
+    """(VRAM saved, host RAM taken) when the experts of these GPU-resident blocks stay on the host."""
+    return (
+        sum(profile.expert_bytes(block) for block in blocks),
+        sum(profile.host_expert_bytes(block) for block in blocks),
+    )
 
 
 def device_compute_bytes(
@@ -177,9 +190,12 @@ def claims(profile: MemoryProfile, layout: Layout, unified_workers: Collection[s
     multi_device = len(layout.devices) > 1
     prefix = block_prefix_bytes(profile)
     kv_prefix = (0, *accumulate(profile.block_kv_bytes))
+    if layout.host_expert_blocks and not profile.is_moe:
+        raise InputError("layout.host_expert_blocks", "the model has no expert tensors to keep on the host")
     device_claims: list[DeviceClaim] = []
     first = layout.cpu_blocks
     last_position = len(layout.devices) - 1
+    host_experts = frozenset(layout.host_expert_blocks)
     for position, device in enumerate(layout.devices):
         role = layout.role(position)
         holds_output = layout.output_offloaded and position == last_position
@@ -187,6 +203,7 @@ def claims(profile: MemoryProfile, layout: Layout, unified_workers: Collection[s
         costs = profile.role_costs(role, unified)
         end = first + device.blocks
         kv = kv_prefix[end] - kv_prefix[first]
+        saved, _ = host_expert_bytes(profile, host_experts.intersection(range(first, end)))
         device_claims.append(
             DeviceClaim(
                 worker=device.worker,
@@ -195,7 +212,7 @@ def claims(profile: MemoryProfile, layout: Layout, unified_workers: Collection[s
                 blocks=device.blocks,
                 first_block=first,
                 holds_output=holds_output,
-                weight_bytes=prefix[end] - prefix[first] - kv,
+                weight_bytes=prefix[end] - prefix[first] - kv - saved,
                 kv_bytes=kv,
                 output_bytes=profile.output_weight_bytes if holds_output else 0,
                 compute_bytes=device_compute_bytes(
@@ -239,6 +256,7 @@ def _worker_claims(
         embedding_bytes=overhead.embedding_bytes,
         output_bytes=overhead.output_bytes,
         compute_bytes=overhead.compute_bytes,
+        expert_bytes=host_expert_bytes(profile, layout.host_expert_blocks)[1],
         vram_bytes=sum(claim.total_bytes for claim in devices if claim.worker == layout.main_worker),
     )
     result = [main]

@@ -12,6 +12,7 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
+from layerfit.experts import attach, engine_blocks, profile_with_host_experts
 from layerfit.launch import commands
 from layerfit.memory import claims
 
@@ -80,8 +81,10 @@ def plan(
     from layerfit import heuristics, solver
 
     profile = profile if profile is not None else resolve_profile(deployment)
-    quick = heuristics.plan(cluster, deployment, config, profile)
-    result = solver.solve(cluster, deployment, profile, config, hint=quick.layout)
+    fixed = engine_blocks(profile)
+    engine_profile = profile_with_host_experts(profile, fixed)
+    quick = heuristics.plan(cluster, deployment, config, engine_profile)
+    result = solver.solve(cluster, deployment, engine_profile, config, hint=quick.layout)
     stats = (*quick.stats, result.stats)
     if result.best is not None:
         best, alternatives, status = result.best, result.alternatives, result.status
@@ -98,6 +101,10 @@ def plan(
             stats=stats,
             relaxations=found,
         )
+    if fixed:
+        unified = unified_workers(cluster)
+        attached = [with_experts(profile, candidate, fixed, unified) for candidate in (best, *alternatives)]
+        best, alternatives = attached[0], tuple(attached[1:])
     _assert_valid(cluster, deployment, profile, config, (best, *alternatives))
     return Plan(
         deployment=deployment.name,
@@ -108,6 +115,14 @@ def plan(
         stats=stats,
         commands=commands(cluster, best.layout, model_path(deployment), deployment.params, config),
     )
+
+
+def with_experts(
+    profile: MemoryProfile, candidate: Candidate, blocks: tuple[int, ...], unified: frozenset[str]
+) -> Candidate:
+    """A candidate planned with these blocks' experts on the host, named and priced for real."""
+    layout, needed = attach(profile, candidate.layout, blocks, unified)
+    return candidate.model_copy(update={"layout": layout, "claims": needed})
 
 
 def _assert_valid(

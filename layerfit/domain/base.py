@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cached_property
+from itertools import pairwise
 from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -64,6 +65,11 @@ def _cached_properties(cls: type) -> tuple[str, ...]:
     return tuple(
         name for klass in cls.__mro__ for name, value in vars(klass).items() if isinstance(value, cached_property)
     )
+
+
+def strictly_ascending(values: tuple[int, ...]) -> bool:
+    """Every value larger than the one before it (no repeats)."""
+    return all(earlier < later for earlier, later in pairwise(values))
 
 
 def format_bytes(n_bytes: int) -> str:

@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from layerfit.domain.base import Bytes, Frozen, NonNegInt
+from layerfit.domain.base import Bytes, Frozen, NonNegInt, strictly_ascending
 from layerfit.domain.profile import DeviceRole
 from layerfit.errors import InputError
 
@@ -26,13 +26,16 @@ class Layout(Frozen):
     ``devices`` lists RPC servers first (GPUs of other workers, in ``--rpc`` order), then the main
     worker's own GPUs (in ``--device`` order). Blocks ``0 .. cpu_blocks-1`` stay on the host; the
     rest fill the devices contiguously in order. The output layer, when offloaded, sits on the last
-    device; the token embedding always stays on the host.
+    device; the token embedding always stays on the host. ``host_expert_blocks`` names GPU-resident
+    blocks of a MoE model whose expert tensors stay in host RAM (``--n-cpu-moe``, ``-ot ...=CPU``).
     """
 
     main_worker: str
     n_blocks: NonNegInt
     devices: tuple[DeviceAssignment, ...] = ()
     output_offloaded: bool = False
+    host_expert_blocks: tuple[NonNegInt, ...] = ()
+    """Blocks on GPUs whose experts stay on the host, ascending (blocks on the host keep theirs there)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -54,6 +57,14 @@ class Layout(Frozen):
             raise InputError("layout.devices", f"{self.gpu_blocks} blocks placed but the model has {self.n_blocks}")
         if self.output_offloaded and not self.devices:
             raise InputError("layout.output_offloaded", "the output layer cannot be offloaded without a GPU")
+        experts = self.host_expert_blocks
+        if not strictly_ascending(experts):
+            raise InputError("layout.host_expert_blocks", f"must be ascending without repeats, got {list(experts)}")
+        if experts and (experts[0] < self.cpu_blocks or experts[-1] >= self.n_blocks):
+            raise InputError(
+                "layout.host_expert_blocks",
+                f"names blocks {list(experts)}; only blocks {self.cpu_blocks}..{self.n_blocks - 1} are on GPUs",
+            )
         return self
 
     @property
@@ -72,6 +83,17 @@ class Layout(Frozen):
     @property
     def full_offload(self) -> bool:
         return self.cpu_blocks == 0 and self.output_offloaded
+
+    @property
+    def experts_on_host(self) -> tuple[int, ...]:
+        """Every block whose experts sit in host RAM: the blocks kept on the host, then
+        ``host_expert_blocks`` (what ``--n-cpu-moe``/``-ot`` must say)."""
+        return (*range(self.cpu_blocks), *self.host_expert_blocks)
+
+    def block_range(self, position: int) -> range:
+        """Blocks the device at ``position`` holds."""
+        first = self.cpu_blocks + sum(device.blocks for device in self.devices[:position])
+        return range(first, first + self.devices[position].blocks)
 
     @property
     def rpc_devices(self) -> tuple[DeviceAssignment, ...]:
@@ -134,6 +156,8 @@ class WorkerClaim(Frozen):
     embedding_bytes: Bytes = 0
     output_bytes: Bytes = 0
     compute_bytes: Bytes = 0
+    expert_bytes: Bytes = 0
+    """Experts of GPU-resident blocks kept in host RAM."""
     vram_bytes: Bytes = 0
     """Sum of this worker's device claims."""
 
@@ -146,6 +170,7 @@ class WorkerClaim(Frozen):
             + self.embedding_bytes
             + self.output_bytes
             + self.compute_bytes
+            + self.expert_bytes
         )
 
     @property

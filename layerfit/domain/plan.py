@@ -61,6 +61,8 @@ class ReasonKind(StrEnum):
     TOO_MANY_RPC_CANDIDATES = "too_many_rpc_candidates"
     IMAGE_MODEL_SPLIT = "image_model_split"
     OFFLOAD_ORDER = "offload_order"
+    EXPERTS_NOT_HONOURED = "experts_not_honoured"
+    """Experts on the host where the model has none, or not where the user's tensor overrides say."""
     BLOCK_COUNT_MISMATCH = "block_count_mismatch"
     CLAIMS_MISMATCH = "claims_mismatch"
     NO_CANDIDATE = "no_candidate"

@@ -12,7 +12,7 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import Bytes, Frozen
+from layerfit.domain.base import Bytes, Frozen, NonNegInt, strictly_ascending
 from layerfit.errors import InputError
 
 _RUN = re.compile(r"^\s*(?P<size>.+?)\s*[x×*]\s*(?P<count>\d+)\s*$")
@@ -66,6 +66,15 @@ class MemoryProfile(Frozen):
     """KV cache (or recurrent state) of each block at the chosen ctx, cache types and slots."""
     block_host_weight_bytes: tuple[Bytes, ...] | None = None
     """RAM a block costs when kept on the host (mmap/repack policy); default: its weights."""
+    block_expert_bytes: tuple[Bytes, ...] | None = None
+    """The part of each block's weights that its routed-expert tensors (``ffn_{gate,up,down,gate_up}_
+    {exps,chexps}``) take: what stays in host RAM when the block's experts are kept there while the
+    rest of the block sits on a GPU. ``None``: a dense model."""
+    block_host_expert_bytes: tuple[Bytes, ...] | None = None
+    """RAM those expert tensors cost in host RAM (mmap/repack policy); default: their weights."""
+    fixed_host_experts: tuple[NonNegInt, ...] | None = None
+    """Blocks whose experts the user's tensor overrides (``-ot``, ``--n-cpu-moe``, ``--cpu-moe``)
+    keep on the host, ascending; ``None``: no override, the engines decide."""
     output_weight_bytes: Bytes = 0
     """The output layer (output norm + output projection, or the tied embedding copy)."""
     token_embedding_bytes: Bytes = 0
@@ -95,7 +104,14 @@ class MemoryProfile(Frozen):
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
 
-    @field_validator("block_weight_bytes", "block_kv_bytes", "block_host_weight_bytes", mode="before")
+    @field_validator(
+        "block_weight_bytes",
+        "block_kv_bytes",
+        "block_host_weight_bytes",
+        "block_expert_bytes",
+        "block_host_expert_bytes",
+        mode="before",
+    )
     @classmethod
     def _expand_runs(cls, value: Any) -> Any:
         """Accept ``"465 MiB x 80"`` in block lists: 80 blocks of 465 MiB."""
@@ -117,10 +133,21 @@ class MemoryProfile(Frozen):
             raise InputError(
                 "block_kv_bytes", f"has {len(self.block_kv_bytes)} entries, block_weight_bytes has {n_blocks}"
             )
-        if self.block_host_weight_bytes is not None and len(self.block_host_weight_bytes) != n_blocks:
+        for name in ("block_host_weight_bytes", "block_expert_bytes", "block_host_expert_bytes"):
+            values = getattr(self, name)
+            if values is not None and len(values) != n_blocks:
+                raise InputError(name, f"has {len(values)} entries, block_weight_bytes has {n_blocks}")
+        if self.block_expert_bytes is not None:
+            pairs = zip(self.block_expert_bytes, self.block_weight_bytes, strict=True)
+            for block, (experts, weights) in enumerate(pairs):
+                if experts > weights:
+                    raise InputError(f"block_expert_bytes[{block}]", f"{experts} exceeds the block's weights {weights}")
+        elif self.block_host_expert_bytes is not None:
+            raise InputError("block_host_expert_bytes", "given without block_expert_bytes")
+        fixed = self.fixed_host_experts or ()
+        if not strictly_ascending(fixed) or any(block >= n_blocks or self.expert_bytes(block) == 0 for block in fixed):
             raise InputError(
-                "block_host_weight_bytes",
-                f"has {len(self.block_host_weight_bytes)} entries, block_weight_bytes has {n_blocks}",
+                "fixed_host_experts", f"{list(fixed)}: ascending blocks with expert tensors, below {n_blocks}"
             )
         return self
 
@@ -141,6 +168,27 @@ class MemoryProfile(Frozen):
     def host_weight_bytes(self, block: int) -> int:
         weights = self.block_host_weight_bytes or self.block_weight_bytes
         return weights[block]
+
+    @property
+    def is_moe(self) -> bool:
+        """Some block has expert tensors that can stay in host RAM apart from the rest of it."""
+        return self.block_expert_bytes is not None and any(self.block_expert_bytes)
+
+    @property
+    def expert_blocks(self) -> tuple[int, ...]:
+        """Blocks that have expert tensors (a MoE model's leading dense blocks have none)."""
+        experts = self.block_expert_bytes or ()
+        return tuple(block for block, size in enumerate(experts) if size > 0)
+
+    def expert_bytes(self, block: int) -> int:
+        """VRAM a GPU-resident block saves when its experts stay in host RAM."""
+        return self.block_expert_bytes[block] if self.block_expert_bytes is not None else 0
+
+    def host_expert_bytes(self, block: int) -> int:
+        """RAM the experts of a GPU-resident block cost when they stay on the host."""
+        if self.block_host_expert_bytes is not None:
+            return self.block_host_expert_bytes[block]
+        return self.expert_bytes(block)
 
     def role_costs(self, role: DeviceRole, unified_worker: bool) -> RoleCosts:
         if unified_worker and self.unified is not None:

@@ -144,6 +144,7 @@ def estimate_profile(
     return MemoryProfile(
         block_weight_bytes=shape.block_bytes,
         block_kv_bytes=kv.block_kv_bytes(shape, cache, settings.type_k, settings.type_v),
+        block_expert_bytes=shape.block_expert_bytes if any(shape.block_expert_bytes) else None,
         output_weight_bytes=shape.output_layer_bytes,
         host_output_weight_bytes=host_output if host_output != shape.output_layer_bytes else None,
         token_embedding_bytes=shape.input_bytes,

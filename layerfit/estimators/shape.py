@@ -20,6 +20,8 @@ from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, MetaValue, TensorInfo, read_header
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+EXPERT_TENSOR = re.compile(r"^ffn_(up|down|gate|gate_up)_(ch|)exps")
+"""A block's routed-expert tensors, named after ``blk.N.``: llama.cpp's ``LLM_FFN_EXPS_REGEX``."""
 _OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.")
 POOLING_RANK = 4
 """``pooling_type`` of rerankers."""
@@ -73,7 +75,7 @@ class ModelShape(Frozen):
     pooling_type: int | None = None
     block_bytes: tuple[NonNegInt, ...]
     block_expert_bytes: tuple[NonNegInt, ...]
-    """Bytes of the routed-expert tensors (``*_exps``) inside each block."""
+    """Bytes of the routed-expert tensors (``ffn_{up,down,gate,gate_up}_{exps,chexps}``) of each block."""
     token_embd_bytes: NonNegInt
     input_bytes: NonNegInt
     """Tensors that always stay on the host: token embedding, position/type embeddings, rope factors."""
@@ -236,7 +238,9 @@ class _Tensors:
         return tuple(sum(t.n_bytes for t in block.values()) for block in self.blocks)
 
     def expert_bytes(self) -> tuple[int, ...]:
-        return tuple(sum(t.n_bytes for name, t in block.items() if "_exps." in name) for block in self.blocks)
+        return tuple(
+            sum(t.n_bytes for name, t in block.items() if EXPERT_TENSOR.match(name)) for block in self.blocks
+        )
 
     def dim(self, block: int, name: str, axis: int) -> int:
         tensor = self.blocks[block].get(name) if block < len(self.blocks) else None
