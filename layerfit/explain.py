@@ -2,18 +2,56 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from layerfit.check import check_layout
+from layerfit.deadline import Deadline
 from layerfit.domain.base import format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
-from layerfit.domain.plan import Plan, ReasonKind, Relaxation
+from layerfit.domain.layout import Layout
+from layerfit.domain.plan import Plan, ReasonKind, Relaxation, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.layouts import single_gpu_layouts, worker_layouts
 
 PlanFunction = Callable[[Cluster, Deployment, PlannerConfig, MemoryProfile], Plan]
+
+
+@dataclass
+class ExplainBudget:
+    """The explain stage's share of the time limit, split evenly over the plans it will make.
+
+    ``next_deadline()`` gives the next relaxed plan its slice (the time left over the plans still
+    to come) or ``None`` once the deadline has passed; a plan that ran out of time (UNKNOWN) or a
+    missing slice marks the stage ``truncated``.
+    """
+
+    deadline: Deadline
+    ctx_size: int
+    plans: int = 0
+    truncated: bool = False
+
+    @property
+    def expected_plans(self) -> int:
+        """Two switches and the ctx bisection's steps, and one slice for the scan of memory to free."""
+        return 3 + max(1, (self.ctx_size // _MIN_CTX).bit_length())
+
+    def next_deadline(self) -> Deadline | None:
+        if self.deadline.expired():
+            self.truncated = True
+            return None
+        self.plans += 1
+        return self.deadline.share(1 / max(1, self.expected_plans - self.plans + 1))
+
+    def saw(self, status: Status) -> None:
+        self.truncated = self.truncated or status is Status.UNKNOWN
+
+    def in_time(self) -> bool:
+        if self.deadline.expired():
+            self.truncated = True
+        return not self.deadline.expired()
 ProfileFunction = Callable[[Deployment], MemoryProfile]
 
 _CAPACITY = {ReasonKind.INSUFFICIENT_VRAM, ReasonKind.INSUFFICIENT_RAM, ReasonKind.INSUFFICIENT_UNIFIED_MEMORY}
@@ -84,16 +122,18 @@ def ctx_relaxation(
 
 
 def free_memory_relaxation(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    budget: ExplainBudget | None = None,
 ) -> Relaxation | None:
     """The full-offload layout on one worker (one GPU, or its largest GPUs sharing the blocks) that
     needs the fewest bytes freed, and where to free them."""
     best: tuple[int, Relaxation] | None = None
-    layouts = single_gpu_layouts(cluster, deployment, profile, config)
-    if deployment.kind is not ModelKind.IMAGE:
-        for worker in cluster.workers:
-            layouts += worker_layouts(worker, profile, config)
-    for layout in layouts:
+    for layout in _free_memory_layouts(cluster, deployment, profile, config):
+        if budget is not None and not budget.in_time():
+            break
         reasons = check_layout(cluster, deployment, profile, layout, config)
         if not reasons or any(reason.kind not in _CAPACITY for reason in reasons):
             continue
@@ -120,6 +160,16 @@ def free_memory_relaxation(
     return None if best is None else best[1]
 
 
+def _free_memory_layouts(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+) -> Iterator[Layout]:
+    """Single-GPU layouts, then each worker's, made one worker at a time (so a deadline can stop it)."""
+    yield from single_gpu_layouts(cluster, deployment, profile, config)
+    if deployment.kind is not ModelKind.IMAGE:
+        for worker in cluster.workers:
+            yield from worker_layouts(worker, profile, config)
+
+
 def relaxations(
     cluster: Cluster,
     deployment: Deployment,
@@ -127,14 +177,18 @@ def relaxations(
     config: PlannerConfig,
     plan: PlanFunction,
     profile_at: Callable[[int], MemoryProfile] | None = None,
+    budget: ExplainBudget | None = None,
 ) -> tuple[Relaxation, ...]:
-    """Every single change that would make the deployment fit: switches, ctx, memory to free."""
+    """Every single change that would make the deployment fit: switches, ctx, memory to free.
+
+    With a ``budget``, the layouts scanned for memory to free stop at its deadline (``plan`` is
+    expected to honour the budget itself)."""
     found = switch_relaxations(cluster, deployment, profile, config, plan)
     if profile_at is not None:
         ctx = ctx_relaxation(cluster, deployment, config, plan, profile_at)
         if ctx is not None:
             found.append(ctx)
-    free = free_memory_relaxation(cluster, deployment, profile, config)
+    free = free_memory_relaxation(cluster, deployment, profile, config, budget)
     if free is not None:
         found.append(free)
     return tuple(found)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from layerfit.check import check_layout, unified_workers
+from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -15,6 +17,14 @@ from layerfit.errors import InputError, SolverError
 from layerfit.experts import attach, engine_blocks, profile_with_host_experts
 from layerfit.launch import commands
 from layerfit.memory import claims
+
+if TYPE_CHECKING:
+    from layerfit.solver.result import SolveResult
+
+HEURISTIC_SHARE = 0.25
+"""Share of the time limit the heuristic may use before the solver starts."""
+MIN_STAGE_TIME_S = 0.001
+"""The least time limit handed to a stage (CP-SAT needs a positive one)."""
 
 
 def resolve_profile(deployment: Deployment) -> MemoryProfile:
@@ -69,6 +79,7 @@ def plan(
     profile: MemoryProfile | None = None,
     *,
     explain: bool = True,
+    deadline: Deadline | None = None,
 ) -> Plan:
     """The best layout for one deployment: heuristic -> hint -> CP-SAT -> check.
 
@@ -77,14 +88,26 @@ def plan(
     Every returned candidate passes ``check``; a violation here is a bug and raises ``SolverError``.
     When nothing fits, the reasons say what is short and where, and (with ``explain``) the
     relaxations list the smallest changes that would make it fit.
+
+    Time: every stage shares one budget of ``config.time_limit_s`` (or ``deadline``, when sooner).
+    The heuristic may use ``HEURISTIC_SHARE`` of it, the solver (alternatives included) what is
+    left, the relaxations of ``explain`` what the solver left. Beyond the budget come only steps
+    that are not interrupted: building one CP-SAT model, checking the returned layouts, one
+    heuristic strategy step and, for ``explain``, one pass over the single-worker layouts (see
+    ``benchmarks/time_bounds.py`` for measured figures). A stage that hit its limit says so in its
+    ``EngineStats`` (``truncated`` in the heuristic's and explain's details, the solver's status).
     """
     from layerfit import heuristics, solver
 
+    deadline = Deadline.after(config.time_limit_s).earlier(deadline)
     profile = profile if profile is not None else resolve_profile(deployment)
     fixed = engine_blocks(profile)
     engine_profile = profile_with_host_experts(profile, fixed)
-    quick = heuristics.plan(cluster, deployment, config, engine_profile)
-    result = solver.solve(cluster, deployment, engine_profile, config, hint=quick.layout)
+    quick = heuristics.plan(cluster, deployment, config, engine_profile, deadline=deadline.share(HEURISTIC_SHARE))
+    if deadline.expired():
+        result = _solver_skipped(deployment)
+    else:
+        result = solver.solve(cluster, deployment, engine_profile, _within(config, deadline), hint=quick.layout)
     stats = (*quick.stats, result.stats)
     if result.best is not None:
         best, alternatives, status = result.best, result.alternatives, result.status
@@ -92,13 +115,13 @@ def plan(
         best, alternatives, status = quick.best, quick.alternatives, Status.FEASIBLE
     else:
         status = Status.INFEASIBLE if result.status is Status.INFEASIBLE else Status.UNKNOWN
-        found = relaxations(cluster, deployment, profile, config, explain=explain)
+        found, explained = relaxations(cluster, deployment, profile, config, explain=explain, deadline=deadline)
         return Plan(
             deployment=deployment.name,
             status=status,
             reasons=quick.reasons,
             messages=quick.messages,
-            stats=stats,
+            stats=(*stats, *explained),
             relaxations=found,
         )
     if fixed:
@@ -155,15 +178,54 @@ def profile_at_ctx(deployment: Deployment, ctx_size: int) -> MemoryProfile:
     return deployment.profile.model_copy(update={"block_kv_bytes": kv})
 
 
+def _solver_skipped(deployment: Deployment) -> SolveResult:
+    """The solver's answer when the heuristic used up the time: not run (UNKNOWN)."""
+    from layerfit.solver.result import SolveResult
+
+    stats = EngineStats(engine="cp-sat", wall_time_s=0.0, status=Status.UNKNOWN, details={"truncated": "deadline"})
+    return SolveResult(deployment=deployment.name, status=Status.UNKNOWN, wall_time_s=0.0, stats=stats)
+
+
+def _within(config: PlannerConfig, deadline: Deadline) -> PlannerConfig:
+    """The configuration with the time left until ``deadline`` as its time limit."""
+    return config.model_copy(update={"time_limit_s": max(deadline.remaining(), MIN_STAGE_TIME_S)})
+
+
 def relaxations(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, *, explain: bool
-) -> tuple[Relaxation, ...]:
-    """The smallest changes that would make an unplaceable deployment fit (empty unless ``explain``)."""
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    *,
+    explain: bool,
+    deadline: Deadline | None = None,
+) -> tuple[tuple[Relaxation, ...], tuple[EngineStats, ...]]:
+    """The smallest changes that would make an unplaceable deployment fit (empty unless ``explain``),
+    found by ``deadline``, and the explain stage's stats (``truncated`` when the time ran out, in
+    which case a relaxation found may not be the smallest and some may be missing)."""
     if not explain:
-        return ()
+        return (), ()
+    from layerfit.explain import ExplainBudget
     from layerfit.explain import relaxations as find
 
-    def quiet_plan(c: Cluster, d: Deployment, cfg: PlannerConfig, p: MemoryProfile) -> Plan:
-        return plan(c, d, cfg, p, explain=False)
+    started = time.perf_counter()
+    budget = ExplainBudget(deadline or Deadline.after(config.time_limit_s), deployment.params.effective_ctx_size)
 
-    return find(cluster, deployment, profile, config, quiet_plan, lambda ctx: profile_at_ctx(deployment, ctx))
+    def quiet_plan(c: Cluster, d: Deployment, cfg: PlannerConfig, p: MemoryProfile) -> Plan:
+        sub = budget.next_deadline()
+        if sub is None:
+            return Plan(deployment=d.name, status=Status.UNKNOWN)
+        answer = plan(c, d, cfg, p, explain=False, deadline=sub)
+        budget.saw(answer.status)
+        return answer
+
+    found = find(
+        cluster, deployment, profile, config, quiet_plan, lambda ctx: profile_at_ctx(deployment, ctx), budget=budget
+    )
+    stats = EngineStats(
+        engine="explain",
+        wall_time_s=time.perf_counter() - started,
+        status=Status.UNKNOWN if budget.truncated else Status.FEASIBLE if found else Status.INFEASIBLE,
+        details={"plans": budget.plans, "truncated": "deadline" if budget.truncated else ""},
+    )
+    return found, (stats,)

@@ -39,7 +39,16 @@ class PlannerConfig(Frozen):
     """At most this many rpc-servers per deployment (GPUStack ``DEFAULT_MAX_RPC_SERVER_COUNT``)."""
     max_rpc_candidate_gpus: PosInt = 16
     """The heuristic skips distribution when more remote GPUs qualify (GPUStack's cap)."""
+    max_rpc_combinations: PosInt | None = 512
+    """RPC-server combinations the heuristic evaluates before it returns its best so far (GPUStack
+    tries all: 39,205 with 16 candidates). A count, so the answer does not depend on the machine;
+    ``None``: every combination. When the limit is hit, the heuristic's stats say ``truncated``."""
+    selection_is_pool: bool = False
+    """A manual GPU selection is the set of GPUs to use, all of them (GPUStack's rule) by default;
+    ``True``: a pool to choose from (a layout may use any subset of it). Never left either way."""
     time_limit_s: float = Field(default=10.0, gt=0)
+    """Wall-clock budget of one ``plan()`` call, all stages together (heuristic, solver, alternatives,
+    explain); see ``layerfit.planner`` for the overhead beyond it."""
     num_search_workers: PosInt = 1
     """CP-SAT workers; 1 with a fixed seed gives the same answer for the same input."""
     seed: NonNegInt = 0

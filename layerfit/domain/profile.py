@@ -17,6 +17,14 @@ from layerfit.errors import InputError
 
 _RUN = re.compile(r"^\s*(?P<size>.+?)\s*[x×*]\s*(?P<count>\d+)\s*$")
 
+MAX_BLOCKS = 1024
+"""Most transformer blocks a profile may have. Real models have at most a few hundred (405B-class
+models 126); the engines' cost grows with the block count, so larger profiles are refused."""
+
+
+def _too_many_blocks(what: str) -> str:
+    return f"{what}; at most {MAX_BLOCKS} blocks are planned for (real models have a few hundred at most)"
+
 
 class DeviceRole(StrEnum):
     """What a GPU does in a llama.cpp layout; fixed and compute costs differ by role."""
@@ -122,6 +130,8 @@ class MemoryProfile(Frozen):
             match = _RUN.match(item) if isinstance(item, str) else None
             if match is None:
                 expanded.append(item)
+            elif len(match["count"]) > 6 or len(expanded) + int(match["count"]) > MAX_BLOCKS:
+                raise InputError("block_weight_bytes", _too_many_blocks(f"the run {item!r} makes too many blocks"))
             else:
                 expanded += [match["size"]] * int(match["count"])
         return expanded
@@ -129,6 +139,8 @@ class MemoryProfile(Frozen):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         n_blocks = len(self.block_weight_bytes)
+        if n_blocks > MAX_BLOCKS:
+            raise InputError("block_weight_bytes", _too_many_blocks(f"{n_blocks} blocks"))
         if len(self.block_kv_bytes) != n_blocks:
             raise InputError(
                 "block_kv_bytes", f"has {len(self.block_kv_bytes)} entries, block_weight_bytes has {n_blocks}"

@@ -10,6 +10,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Reason
 from layerfit.domain.profile import DeviceRole, MemoryProfile
+from layerfit.heuristics.budget import SearchBudget
 from layerfit.heuristics.evaluate import Evaluator, Verdict
 from layerfit.heuristics.notes import Note
 from layerfit.heuristics.placement import Placement
@@ -35,6 +36,8 @@ class Context:
     tensor_split: tuple[float, ...] | None
     selection: Selection | None
     """The manual GPU selection in force (``None`` when absent or overridden by ``-ts``)."""
+    budget: SearchBudget = field(default_factory=SearchBudget, compare=False)
+    """What the combinatorial searches may still spend (mutable)."""
     _main_ram: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     """Memo of ``main_ram_at``."""
 
@@ -126,6 +129,7 @@ def build_context(
     profile: MemoryProfile,
     config: PlannerConfig,
     selection: Selection | None,
+    budget: SearchBudget | None = None,
 ) -> Context:
     """Views and evaluator for one search; ``selection`` is the selection in force."""
     workers = worker_views(cluster, selection)
@@ -142,4 +146,5 @@ def build_context(
         gpu_layers=gpu_layers,
         tensor_split=params.tensor_split,
         selection=selection,
+        budget=budget if budget is not None else SearchBudget(),
     )

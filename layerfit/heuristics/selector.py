@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from layerfit.check import check_layout
+from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -14,6 +15,7 @@ from layerfit.domain.plan import Candidate, EngineStats, Plan, Reason, ReasonKin
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
 from layerfit.heuristics import rules
+from layerfit.heuristics.budget import SearchBudget
 from layerfit.heuristics.context import Context, build_context
 from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, requirement, sentences, shown_messages
@@ -29,16 +31,25 @@ def plan(
     deployment: Deployment,
     config: PlannerConfig = PlannerConfig(),
     profile: MemoryProfile | None = None,
+    *,
+    deadline: Deadline | None = None,
 ) -> Plan:
     """Place one deployment the way GPUStack's GGUF selector would, with layerfit's memory model.
 
     Returns a FEASIBLE plan (best candidate of the first strategy that has one, plus up to
     ``config.alternatives`` equally good ones by score) or an INFEASIBLE plan with typed reasons
     and GPUStack-style messages. ``profile`` defaults to the deployment's estimated profile.
+    The searches stop at ``deadline`` (default: ``config.time_limit_s`` from now) or after
+    ``config.max_rpc_combinations`` RPC combinations with their best so far; the stats'
+    ``truncated`` detail then names the limit.
     """
     started = time.perf_counter()
+    budget = SearchBudget(
+        deadline=Deadline.after(config.time_limit_s).earlier(deadline),
+        max_rpc_combinations=config.max_rpc_combinations,
+    )
     selection, reasons = rules.selection_in_force(deployment)
-    ctx = build_context(cluster, deployment, resolve_profile(deployment, profile), config, selection)
+    ctx = build_context(cluster, deployment, resolve_profile(deployment, profile), config, selection, budget)
     pre = rules.precheck(ctx)
     all_reasons: list[Reason] = [*reasons, *pre.reasons]
     notes: list[Note] = list(pre.notes)
@@ -73,6 +84,8 @@ def plan(
             "candidates": found_count,
             "evaluations": ctx.evaluator.evaluations,
             "claims_computed": ctx.evaluator.claims_computed,
+            "rpc_combinations": budget.rpc_combinations,
+            "truncated": budget.truncated,
         },
     )
     return Plan(

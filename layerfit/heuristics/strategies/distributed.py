@@ -7,10 +7,13 @@ than ``max_rpc_candidate_gpus`` of them the strategy is skipped with a warning, 
 Combinations of 1 .. ``max_rpc_servers`` candidates are tried, fewest servers first; devices are
 ordered RPC servers first, then the main worker's GPUs, split in proportion to allocatable VRAM.
 Each combination gets the most layers it can hold; the search stops at the first server count
-reaching full offload (or, with ``--gpu-layers``, any fit). Without CPU offloading only full
-offload counts. A selection spanning workers is evaluated as exactly one combination: the main
-worker's selected GPUs plus every selected remote GPU. A ``--tensor-split`` fixes the device count
-(servers + main GPUs) and its shares apply to the devices in llama.cpp order.
+reaching full offload (or, with ``--gpu-layers``, any fit). The search is budgeted
+(``heuristics.budget``): past ``max_rpc_combinations`` evaluated combinations or the deadline it
+returns the best found so far (nothing, when the budget runs out while looking for full offload).
+Without CPU offloading only full offload counts. A selection spanning workers is evaluated as
+exactly one combination: the main worker's selected GPUs plus every selected remote GPU. A
+``--tensor-split`` fixes the device count (servers + main GPUs) and its shares apply to the
+devices in llama.cpp order.
 """
 
 from __future__ import annotations
@@ -199,7 +202,7 @@ def _search_combinations(
         reached = tuple(_fits(ctx, main, main_gpus, combos[count], hi, hi, rising=False))
         if reached:
             return reached
-    if lo == hi:
+    if lo == hi or ctx.budget.truncated:
         return ()
     best = lo
     found: list[Verdict] = []
@@ -222,9 +225,13 @@ def _fits(
 ) -> Iterator[Verdict]:
     """Each combination's most layers within ``lo..hi`` (``rising``: ``lo`` follows the best so far)."""
     for rpc in group:
+        if not ctx.budget.in_time():
+            return
         most = ctx.evaluator.layers_within(room_for_layers(ctx, rpc + main_gpus), lo, hi)
         if most < lo:
             continue
+        if not ctx.budget.spend_rpc_combination():
+            return
         where = placement(main, rpc + main_gpus, ctx.tensor_split)
         verdict = largest_fitting(partial(ctx.evaluate, where), lo, most, monotone=False, hopeless=ctx.hopeless)
         if verdict is not None:

@@ -55,8 +55,10 @@ def _worker_search(ctx: Context, worker: WorkerView) -> list[Verdict]:
     total = ctx.n_layers
     layers = ctx.evaluator.layer_bytes(total)
     for group in device_groups(ctx, worker):
-        found = []
+        found: list[Verdict] = []
         for devices in group:
+            if not ctx.budget.in_time():
+                return found
             if room_for_layers(ctx, devices) < layers:
                 continue
             verdict = ctx.evaluate(placement(worker, devices, ctx.tensor_split), total)

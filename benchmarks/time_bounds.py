@@ -1,0 +1,123 @@
+"""Time bounds of ``plan()``: wall time with a 1 s limit on GPUStack's worst distributed case and on
+1,024 GPUs with ``explain`` on.
+
+Case A: 5 workers / 24 GPUs (a main worker with 8 GPUs, four with 4), 16 candidate RPC GPUs, a
+model larger than all of them with CPU offloading and distribution on: GPUStack's search tries
+39,205 RPC combinations, none reaching full offload. Case B: 128 workers x 8 GPUs = 1,024 GPUs, a
+model that fits nowhere without CPU offloading, so ``explain`` plans the relaxations. Each case
+prints the median and largest ``plan()`` time over the repeats, each stage's time and whether a
+limit was hit. The baseline in the same run: with ``--oracle``, the exhaustive heuristic on case A
+(no combination budget, no deadline; tens of seconds); always, case B without ``explain``.
+PASS when every ``plan()`` returns within the limit plus ``OVERHEAD_S``.
+
+Run: ``.venv/bin/python benchmarks/time_bounds.py [--repeats N] [--limit S] [--oracle]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from heuristic_speed import PROFILE as MODEL
+
+from layerfit import heuristics, planner
+from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, Worker
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.plan import Plan
+
+OVERHEAD_S = 0.5
+"""Allowed time beyond the limit (model builds, checks, one strategy step)."""
+
+
+def profile(n_blocks: int) -> MemoryProfile:
+    """The heuristic benchmark's 405B-class Q4 model (blocks of about 1.7 GiB), ``n_blocks`` of them."""
+    block, kv = MODEL.block_weight_bytes[0], MODEL.block_kv_bytes[0]
+    return MODEL.model_copy(update={"block_weight_bytes": (block,) * n_blocks, "block_kv_bytes": (kv,) * n_blocks})
+
+
+def cluster(gpus_per_worker: tuple[int, ...], ram_gib: int) -> Cluster:
+    """24 GiB GPUs with 21-24 GiB free, varying by worker and index."""
+    workers = []
+    for w, count in enumerate(gpus_per_worker):
+        gpus = tuple(
+            Gpu(index=i, total_vram_bytes=24 * GiB, allocatable_vram_bytes=24 * GiB - ((w * 3 + i * 5) % 13) * GiB // 4)
+            for i in range(count)
+        )
+        workers.append(
+            Worker(id=w, name=f"w{w}", total_ram_bytes=ram_gib * GiB, allocatable_ram_bytes=ram_gib * GiB, gpus=gpus)
+        )
+    return Cluster(workers=tuple(workers))
+
+
+def case_a() -> tuple[Cluster, Deployment]:
+    deployment = Deployment(name="rpc-worst", profile=profile(400), distributed_inference_across_workers=True)
+    return cluster((8, 4, 4, 4, 4), 1024), deployment
+
+
+def case_b() -> tuple[Cluster, Deployment]:
+    deployment = Deployment(name="too-big", profile=profile(126), cpu_offloading=False)
+    return cluster((8,) * 128, 512), deployment
+
+
+def stages(result: Plan) -> str:
+    parts = []
+    for stats in result.stats:
+        truncated = stats.details.get("truncated")
+        mark = f" truncated={truncated}" if truncated else ""
+        parts.append(f"{stats.engine} {stats.wall_time_s:.2f}s {stats.status.value}{mark}")
+    return "; ".join(parts)
+
+
+def timed(target: Cluster, deployment: Deployment, config: PlannerConfig, explain: bool) -> tuple[float, Plan]:
+    started = time.perf_counter()
+    result = planner.plan(target, deployment, config, explain=explain)
+    return time.perf_counter() - started, result
+
+
+def measure(name: str, target: Cluster, deployment: Deployment, limit: float, repeats: int, explain: bool) -> bool:
+    config = PlannerConfig(time_limit_s=limit)
+    runs = [timed(target, deployment, config, explain) for _ in range(repeats)]
+    times = [seconds for seconds, _ in runs]
+    result = runs[-1][1]
+    layers = result.layout.gpu_layers if result.layout is not None else 0
+    gpus = sum(len(worker.gpus) for worker in target.workers)
+    print(
+        f"{name}: plan() median {statistics.median(times):.2f} s, max {max(times):.2f} s "
+        f"(limit {limit:g} s, {gpus} GPUs, explain={explain}), status {result.status.value}, "
+        f"{layers} GPU layers, {len(result.relaxations)} relaxations"
+    )
+    print(f"    last run: {stages(result)}")
+    return max(times) <= limit + OVERHEAD_S
+
+
+def oracle(target: Cluster, deployment: Deployment) -> None:
+    config = PlannerConfig(time_limit_s=3600, max_rpc_combinations=None)
+    started = time.perf_counter()
+    result = heuristics.plan(target, deployment, config)
+    layers = result.layout.gpu_layers if result.layout is not None else 0
+    details = result.stats[0].details
+    print(
+        f"A baseline: exhaustive heuristic {time.perf_counter() - started:.1f} s, "
+        f"{details['rpc_combinations']} combinations evaluated, {layers} GPU layers"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--limit", type=float, default=1.0)
+    parser.add_argument("--oracle", action="store_true", help="also run case A's exhaustive heuristic")
+    args = parser.parse_args()
+    passed = measure("A", *case_a(), args.limit, args.repeats, explain=True)
+    if args.oracle:
+        oracle(*case_a())
+    passed &= measure("B", *case_b(), args.limit, args.repeats, explain=True)
+    measure("B baseline", *case_b(), args.limit, 1, explain=False)
+    verdict = "PASS" if passed else "FAIL"
+    print(f"{verdict}: every plan() within the limit + {OVERHEAD_S} s")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
