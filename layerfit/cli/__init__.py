@@ -1,5 +1,8 @@
 """The ``layerfit`` command line: one module per subcommand, text rendering in ``render``.
 
+Subcommand modules import the heavy parts (pydantic models, OR-Tools, numpy) inside their
+handlers, so that ``layerfit --help`` and argument errors answer at once.
+
 Exit codes: 0 placed (or estimate printed), 1 nothing fits, 2 bad input.
 """
 
@@ -11,10 +14,9 @@ from collections.abc import Sequence
 
 from layerfit.cli import estimate, plan, replan
 from layerfit.cli.common import EXAMPLES, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, HELP_FORMAT
-from layerfit.cli.render import render_fleet, render_plan
 from layerfit.errors import LayerfitError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_NO_FIT", "EXIT_PLACED", "build_parser", "main", "render_fleet", "render_plan"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_NO_FIT", "EXIT_PLACED", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:

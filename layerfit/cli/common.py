@@ -1,18 +1,15 @@
-"""Exit codes and input helpers shared by the subcommands."""
+"""Exit codes, help texts and the result-to-exit-code rule shared by the subcommands.
+
+Nothing here imports pydantic, OR-Tools or numpy: ``--help`` and argument errors stay fast.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
-from layerfit.domain.deployment import Deployment, ModelKind
-from layerfit.domain.params import LlamaParams
-from layerfit.domain.plan import Status
-from layerfit.errors import InputError
-from layerfit.io import load_file, load_model
+if TYPE_CHECKING:
+    from layerfit.domain.plan import Status
 
 EXIT_PLACED = 0
 EXIT_NO_FIT = 1
@@ -34,38 +31,7 @@ exit codes: 0 placed, 1 nothing fits, 2 bad input
 
 
 def exit_code(status: Status) -> int:
+    """0 for a placed result (optimal or feasible), 1 otherwise."""
+    from layerfit.domain.plan import Status
+
     return EXIT_PLACED if status in (Status.OPTIMAL, Status.FEASIBLE) else EXIT_NO_FIT
-
-
-def planner_config(args: argparse.Namespace) -> PlannerConfig:
-    return PlannerConfig(
-        policy=Policy(args.policy), time_limit_s=args.time_limit, offload_order=OffloadOrder(args.offload_order)
-    )
-
-
-def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]) -> Deployment:
-    if args.deployment is not None:
-        if args.model is not None or backend_parameters:
-            raise InputError("--deployment", "give either a deployment file or --model with llama.cpp parameters")
-        return load_file(Deployment, args.deployment)
-    if args.model is None:
-        raise InputError("--model", "give --model MODEL.gguf or --deployment FILE")
-    data: dict[str, Any] = {
-        "name": args.name or args.model.rsplit("/", 1)[-1].removesuffix(".gguf"),
-        "gguf_path": args.model,
-        "params": LlamaParams.from_args(backend_parameters),
-        "cpu_offloading": not args.no_cpu_offloading,
-        "distributed_inference_across_workers": args.distributed,
-        "kind": ModelKind(args.kind),
-    }
-    if args.gpus:
-        data["gpu_selection"] = args.gpus.split(",")
-    return load_model(Deployment, data, "command line")
-
-
-def write_plot(path: str | None, cluster: Cluster, panels: list[tuple[str, list[tuple[str, Any]]]]) -> None:
-    if path is not None:
-        from layerfit.plot import render
-
-        written = render(cluster, panels, path)
-        print(f"picture written to {written}", file=sys.stderr)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT
-from layerfit.domain.params import LlamaParams
 
 
 def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit import estimators
+    from layerfit.domain.params import LlamaParams
     from layerfit.estimators.report import estimate_table
 
     params = LlamaParams.from_args(rest)

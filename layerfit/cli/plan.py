@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, HELP_FORMAT, deployment_from_args, exit_code, planner_config, write_plot
-from layerfit.cli.render import render_plan
-from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import OffloadOrder, Policy
-from layerfit.domain.deployment import ModelKind
-from layerfit.domain.layout import Layout
-from layerfit.io import load_file
+from layerfit.cli.common import EXAMPLES, HELP_FORMAT, exit_code
+from layerfit.domain.choices import ModelKind, OffloadOrder, Policy
 
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit import planner
+    from layerfit.cli.inputs import deployment_from_args, planner_config, write_plot
+    from layerfit.cli.render import render_plan
+    from layerfit.domain.cluster import Cluster
+    from layerfit.domain.layout import Layout
+    from layerfit.io import load_file
 
     cluster = load_file(Cluster, args.cluster)
     deployment = deployment_from_args(args, rest)
     config = planner_config(args)
-    if args.layout is not None:
-        plan = planner.evaluate(cluster, deployment, load_file(Layout, args.layout), config)
+    layout = load_file(Layout, args.layout) if args.layout is not None else None
+    from layerfit import planner  # after the inputs: a bad file answers before OR-Tools loads
+
+    if layout is not None:
+        plan = planner.evaluate(cluster, deployment, layout, config)
     else:
         plan = planner.plan(cluster, deployment, config, explain=args.command == "explain")
     print(plan.model_dump_json(indent=2) if args.json else render_plan(plan))

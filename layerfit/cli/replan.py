@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, exit_code, write_plot
-from layerfit.cli.render import render_fleet
-from layerfit.domain.fleet import Executor, Fleet, FleetConfig
-from layerfit.errors import InputError
-from layerfit.io import load_file
+from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, exit_code
+from layerfit.domain.choices import Executor
 
 
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit.fleet import plan_fleet
+    from layerfit.cli.inputs import write_plot
+    from layerfit.cli.render import render_fleet
+    from layerfit.domain.fleet import Fleet, FleetConfig
+    from layerfit.errors import InputError
+    from layerfit.io import load_file
 
     if rest:
         raise InputError("replan", f"unexpected arguments {rest}")
     fleet = load_file(Fleet, args.fleet)
+    from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
+
     config = FleetConfig(
         time_limit_s=args.time_limit, executor=Executor(args.executor), progress=not args.quiet and not args.json
     )

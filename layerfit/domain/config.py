@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import Field
 
 from layerfit.domain.base import Frozen, NonNegInt, PosInt
-
-
-class OffloadOrder(StrEnum):
-    """Which layer ``-ngl`` offloads first.
-
-    ``OUTPUT_FIRST`` is llama.cpp since December 2025: ``-ngl k`` = the output layer and the last
-    ``k-1`` blocks. ``OUTPUT_LAST`` is older llama.cpp (and what gguf-parser and GPUStack still
-    assume): the last ``k`` blocks, and the output layer only once every block is on a GPU.
-    """
-
-    OUTPUT_FIRST = "output-first"
-    OUTPUT_LAST = "output-last"
-
-
-class Policy(StrEnum):
-    """Tie-break between equally good layouts."""
-
-    BINPACK = "binpack"
-    """Fill the fullest GPUs first, keeping whole GPUs free."""
-    SPREAD = "spread"
-    """Keep the most headroom on every GPU."""
+from layerfit.domain.choices import OffloadOrder as OffloadOrder
+from layerfit.domain.choices import Policy as Policy
 
 
 class PlannerConfig(Frozen):

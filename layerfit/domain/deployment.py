@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.domain.choices import ModelKind as ModelKind
 from layerfit.domain.cluster import GpuRef
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
-
-
-class ModelKind(StrEnum):
-    LLM = "llm"
-    EMBEDDING = "embedding"
-    RERANKER = "reranker"
-    IMAGE = "image"
 
 
 class Deployment(Frozen):

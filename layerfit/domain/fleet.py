@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.choices import Executor as Executor
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import Policy
 from layerfit.domain.deployment import Deployment
@@ -86,14 +86,6 @@ class Move(Frozen):
     """``worker:index`` of every GPU the replica uses (RPC servers included)."""
     downtime: bool = False
     """A start whose replica was stopped first because there was no room for both."""
-
-
-class Executor(StrEnum):
-    SERIAL = "serial"
-    LOCAL = "local"
-    """A local process pool."""
-    RAY = "ray"
-    """Ray tasks (``pip install layerfit[ray]``), for fleets that outgrow one machine."""
 
 
 class FleetConfig(Frozen):

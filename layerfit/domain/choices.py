@@ -1,0 +1,44 @@
+"""The enumerations the command line offers as choices, free of pydantic so that ``--help`` is fast.
+
+Each is re-exported by the module that uses it (``config``, ``deployment``, ``fleet``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class OffloadOrder(StrEnum):
+    """Which layer ``-ngl`` offloads first.
+
+    ``OUTPUT_FIRST`` is llama.cpp since December 2025: ``-ngl k`` = the output layer and the last
+    ``k-1`` blocks. ``OUTPUT_LAST`` is older llama.cpp (and what gguf-parser and GPUStack still
+    assume): the last ``k`` blocks, and the output layer only once every block is on a GPU.
+    """
+
+    OUTPUT_FIRST = "output-first"
+    OUTPUT_LAST = "output-last"
+
+
+class Policy(StrEnum):
+    """Tie-break between equally good layouts."""
+
+    BINPACK = "binpack"
+    """Fill the fullest GPUs first, keeping whole GPUs free."""
+    SPREAD = "spread"
+    """Keep the most headroom on every GPU."""
+
+
+class ModelKind(StrEnum):
+    LLM = "llm"
+    EMBEDDING = "embedding"
+    RERANKER = "reranker"
+    IMAGE = "image"
+
+
+class Executor(StrEnum):
+    SERIAL = "serial"
+    LOCAL = "local"
+    """A local process pool."""
+    RAY = "ray"
+    """Ray tasks (``pip install layerfit[ray]``), for fleets that outgrow one machine."""
