@@ -150,7 +150,10 @@ def rule_reasons(
                 reasons.append(
                     Reason(
                         kind=ReasonKind.SELECTION_IGNORED,
-                        message=f"GPU {device.worker}:{device.gpu_index} is used but not in the manual selection",
+                        message=(
+                            f"GPU {cluster.gpu_id(device.worker, device.gpu_index)} is used but not in the "
+                            "manual selection"
+                        ),
                         worker=device.worker,
                         gpu_index=device.gpu_index,
                     )

@@ -142,10 +142,11 @@ def free_memory_relaxation(
             continue
         parts = []
         for reason in reasons:
-            where = f"{reason.worker}:{reason.gpu_index}" if reason.gpu_index is not None else f"{reason.worker}"
+            on_gpu = reason.gpu_index is not None and reason.worker is not None
+            where = cluster.gpu_id(reason.worker or "", reason.gpu_index or 0) if on_gpu else reason.worker
             what = {"vram": "VRAM", "ram": "RAM", "unified": "unified memory"}.get(reason.resource or "", "")
             parts.append(f"{format_bytes(reason.shortfall_bytes or 0)} {what} on {where}")
-        gpus = ", ".join(f"{d.worker}:{d.gpu_index}" for d in layout.devices)
+        gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in layout.devices)
         vram_short = any(reason.kind is ReasonKind.INSUFFICIENT_VRAM for reason in reasons)
         first = layout.devices[0]
         relaxation = Relaxation(

@@ -48,6 +48,14 @@ def rpc_endpoints(cluster: Cluster, layout: Layout, config: PlannerConfig = Plan
     return tuple(endpoints)
 
 
+def llama_device_names(cluster: Cluster, layout: Layout) -> tuple[str, ...]:
+    """What ``--device`` calls each device of the layout, in layout order: ``RPC0``.., then ``CUDA0``.."""
+    main = cluster.worker(layout.main_worker)
+    names = [f"RPC{i}" for i in range(len(layout.rpc_devices))]
+    names += [device_name(main.gpu(device.gpu_index).type, device.gpu_index) for device in layout.local_devices]
+    return tuple(names)
+
+
 def server_command(
     cluster: Cluster,
     layout: Layout,
@@ -65,10 +73,8 @@ def server_command(
         argv += ["--device", "none"]
     else:
         endpoints = rpc_endpoints(cluster, layout, config)
-        names = [f"RPC{i}" for i in range(len(endpoints))]
-        names += [device_name(main.gpu(device.gpu_index).type, device.gpu_index) for device in layout.local_devices]
         argv += ["-ts", ",".join(str(count) for count in tensor_split_counts(layout))]
-        argv += ["--device", ",".join(names)]
+        argv += ["--device", ",".join(llama_device_names(cluster, layout))]
         if endpoints:
             argv += ["--rpc", ",".join(endpoints)]
     argv += ["--fit", "off", *extra_args]

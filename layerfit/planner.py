@@ -17,6 +17,7 @@ from layerfit.errors import InputError, SolverError
 from layerfit.experts import attach, engine_blocks, profile_with_host_experts
 from layerfit.launch import commands
 from layerfit.memory import claims
+from layerfit.usage import use_of
 
 if TYPE_CHECKING:
     from layerfit.solver.result import SolveResult
@@ -69,6 +70,7 @@ def evaluate(
         messages=tuple(reason.message for reason in reasons),
         stats=(stats,),
         commands=commands(cluster, layout, model_path(deployment), deployment.params, config),
+        **use_of(cluster, layout, candidate.claims),
     )
 
 
@@ -137,6 +139,7 @@ def plan(
         reasons=tuple(reason for reason in quick.reasons if reason.severity is not Severity.ERROR),
         stats=stats,
         commands=commands(cluster, best.layout, model_path(deployment), deployment.params, config),
+        **use_of(cluster, best.layout, best.claims),
     )
 
 

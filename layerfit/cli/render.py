@@ -2,32 +2,117 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from layerfit.domain.base import format_bytes
 from layerfit.domain.fleet import FleetPlan
+from layerfit.domain.layout import Claims
 from layerfit.domain.plan import Plan
+
+_VRAM_TERMS = ("weights", "output", "KV", "compute", "runtime", "total")
+_RAM_TERMS = ("fixed", "weights", "KV", "experts", "embed", "output", "compute", "total")
+_W = 11
+"""Width of one size column."""
+
+
+def _size(size: int | None) -> str:
+    return "-" if size is None else "0" if size == 0 else format_bytes(size)
+
+
+def _row(label: str, extra: str, sizes: Sequence[int | None]) -> str:
+    cells = "".join(f"{_size(size):>{_W}}" for size in sizes)
+    return f"  {label:<18}{extra}{cells}"
+
+
+def _header(label: str, extra: str, terms: Sequence[str]) -> str:
+    return f"  {label:<18}{extra}" + "".join(f"{term:>{_W}}" for term in terms)
+
+
+def vram_table(plan: Plan, claims: Claims) -> list[str]:
+    """One row per GPU with every term of its VRAM claim, the total and what stays free; a totals row.
+
+    ``runtime`` is the per-process fixed cost plus the main GPU's extras; ``total`` is the sum of the
+    terms before it; ``free after`` is the GPU's allocatable VRAM minus ``total`` (negative: short).
+    """
+    names = {use.gpu_id: use for use in plan.device_use}
+    lines = [_header("GPU", f"{'llama.cpp':<10}{'role':<6}{'blocks':>7}", (*_VRAM_TERMS, "free after"))]
+    for device, use in zip(claims.devices, plan.device_use or [None] * len(claims.devices), strict=True):
+        gpu_id = use.gpu_id if use is not None else f"{device.worker}:?:{device.gpu_index}"
+        llama = use.llama_device if use is not None else "?"
+        terms = (
+            device.weight_bytes,
+            device.output_bytes,
+            device.kv_bytes,
+            device.compute_bytes,
+            device.fixed_bytes + device.extra_bytes,
+            device.total_bytes,
+            use.free_after_bytes if use is not None else None,
+        )
+        lines.append(_row(gpu_id, f"{llama:<10}{device.role.value:<6}{device.blocks:>7}", terms))
+    if len(claims.devices) > 1:
+        totals = (
+            sum(d.weight_bytes for d in claims.devices),
+            sum(d.output_bytes for d in claims.devices),
+            sum(d.kv_bytes for d in claims.devices),
+            sum(d.compute_bytes for d in claims.devices),
+            sum(d.fixed_bytes + d.extra_bytes for d in claims.devices),
+            claims.total_vram_bytes,
+            sum(use.free_after_bytes for use in names.values()) if names else None,
+        )
+        blocks = sum(d.blocks for d in claims.devices)
+        lines.append(_row("total", f"{'':<16}{blocks:>7}", totals))
+    return lines
+
+
+def ram_table(plan: Plan, claims: Claims) -> list[str]:
+    """One row per worker with every term of its RAM claim; a unified-memory worker adds its VRAM,
+    and its ``free after`` is that of the one pool."""
+    uses = {use.worker: use for use in plan.worker_use}
+    experts = any(worker.expert_bytes for worker in claims.workers)
+    names = tuple(term for term in _RAM_TERMS if experts or term != "experts")
+    lines = [_header("RAM", f"{'role':<6}", (*names, "free after"))]
+    rows: list[tuple[int, ...]] = []
+    notes: list[str] = []
+    for worker in claims.workers:
+        terms = (
+            worker.fixed_bytes,
+            worker.weight_bytes,
+            worker.kv_bytes,
+            *((worker.expert_bytes,) if experts else ()),
+            worker.embedding_bytes,
+            worker.output_bytes,
+            worker.compute_bytes,
+            worker.ram_bytes,
+        )
+        rows.append(terms)
+        use = uses.get(worker.worker)
+        free = use.free_after_bytes if use is not None else None
+        lines.append(_row(worker.worker, f"{'main' if worker.is_main else 'rpc':<6}", (*terms, free)))
+        if use is not None and use.unified_memory:
+            notes.append(
+                f"  {worker.worker}: unified memory, one pool: RAM {format_bytes(worker.ram_bytes)} + VRAM "
+                f"{format_bytes(worker.vram_bytes)} = {format_bytes(worker.pool_bytes)} of "
+                f"{format_bytes(use.allocatable_bytes)}"
+            )
+    if len(rows) > 1:
+        lines.append(_row("total", f"{'':<6}", (*(sum(column) for column in zip(*rows, strict=True)), None)))
+    return lines + notes
 
 
 def render_plan(plan: Plan) -> str:
-    """A plan as text for a terminal: status, devices, worker RAM, reasons, command lines."""
+    """A plan as text for a terminal: status, every term of every claim, reasons, command lines."""
     lines = [f"deployment {plan.deployment}: {plan.status.value}"]
     best = plan.best
     if best is not None:
         layout = best.layout
+        output = " (output layer on GPU)" if layout.output_offloaded else " (output layer on CPU)"
         lines.append(
             f"  {best.strategy.value}: main worker {layout.main_worker}, {layout.gpu_layers}/{layout.n_blocks + 1} "
-            f"layers on GPUs, {layout.cpu_blocks} blocks on CPU"
+            f"layers on GPUs{output}, {layout.cpu_blocks} blocks on CPU"
         )
-        lines.append(f"  {'device':<24}{'role':<7}{'blocks':>7}{'weights':>12}{'kv':>12}{'compute':>12}{'total':>12}")
-        for device in best.claims.devices:
-            name = f"{device.worker}:{device.gpu_index}" + (" +output" if device.holds_output else "")
-            lines.append(
-                f"  {name:<24}{device.role.value:<7}{device.blocks:>7}{format_bytes(device.weight_bytes):>12}"
-                f"{format_bytes(device.kv_bytes):>12}{format_bytes(device.compute_bytes):>12}"
-                f"{format_bytes(device.total_bytes):>12}"
-            )
-        for worker in best.claims.workers:
-            role = "main" if worker.is_main else "rpc"
-            lines.append(f"  RAM {worker.worker} ({role}): {format_bytes(worker.ram_bytes)}")
+        if best.claims.devices:
+            lines += vram_table(plan, best.claims)
+        lines += ram_table(plan, best.claims)
         if plan.alternatives:
             lines.append(f"  {len(plan.alternatives)} equally good alternative(s)")
     shown = set()

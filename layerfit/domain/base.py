@@ -6,9 +6,9 @@ import re
 from collections.abc import Mapping
 from functools import cached_property
 from itertools import pairwise
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
 
 NonNegInt = Annotated[int, Field(ge=0)]
 """A count or a size in bytes: never negative."""
@@ -59,6 +59,31 @@ class Frozen(BaseModel):
         for name in _cached_properties(type(self)):
             copy.__dict__.pop(name, None)
         return copy
+
+
+SCHEMA_VERSION: Literal[1] = 1
+"""Version of the JSON that ``layerfit plan|explain|replan|estimate --json`` print (``layerfit schema``)."""
+
+
+class Itemised(Frozen):
+    """A frozen model with derived figures (``computed_field``: totals of its terms) in its dumps.
+
+    The figures are output: on input they may be left out, and when given they must equal what the
+    terms add up to, so that a dump read back is checked rather than trusted.
+    """
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _derived_figures_agree(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        derived = cls.model_computed_fields
+        if not isinstance(data, dict) or not derived.keys() & data.keys():
+            return handler(data)
+        given = {name: data[name] for name in derived if name in data}
+        model = handler({key: value for key, value in data.items() if key not in derived})
+        for name, value in given.items():
+            if getattr(model, name) != value:
+                raise ValueError(f"{name} is {value} but its terms add up to {getattr(model, name)}")
+        return model
 
 
 def _cached_properties(cls: type) -> tuple[str, ...]:

@@ -116,6 +116,11 @@ class Cluster(Frozen):
     def has_worker(self, name: str) -> bool:
         return name in self._by_name
 
+    def gpu_id(self, worker: str, index: int) -> str:
+        """The one name of a GPU everywhere in layerfit's output: ``worker:type:index``."""
+        known = self.has_worker(worker) and self.worker(worker).has_gpu(index)
+        return f"{worker}:{self.worker(worker).gpu(index).type if known else 'unknown'}:{index}"
+
     def gpu(self, ref: GpuRef) -> Gpu:
         """The GPU a reference points at; ``InputError`` naming the reference if it is unknown."""
         worker = self.worker(ref.worker)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, computed_field, model_validator
 
-from layerfit.domain.base import Bytes, Frozen, NonNegInt, strictly_ascending
+from layerfit.domain.base import Bytes, Frozen, Itemised, NonNegInt, strictly_ascending
 from layerfit.domain.profile import DeviceRole
 from layerfit.errors import InputError
 
@@ -116,7 +116,7 @@ class Layout(Frozen):
         return DeviceRole.MAIN if position == len(self.devices) - 1 else DeviceRole.LOCAL
 
 
-class DeviceClaim(Frozen):
+class DeviceClaim(Itemised):
     """VRAM one GPU needs for a layout, itemised."""
 
     worker: str
@@ -132,6 +132,7 @@ class DeviceClaim(Frozen):
     fixed_bytes: Bytes
     extra_bytes: Bytes = 0
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total_bytes(self) -> int:
         return (
@@ -144,7 +145,7 @@ class DeviceClaim(Frozen):
         )
 
 
-class WorkerClaim(Frozen):
+class WorkerClaim(Itemised):
     """Host RAM one worker needs for a layout (and its GPUs' VRAM, for unified-memory pools)."""
 
     worker: str
@@ -161,6 +162,7 @@ class WorkerClaim(Frozen):
     vram_bytes: Bytes = 0
     """Sum of this worker's device claims."""
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ram_bytes(self) -> int:
         return (
@@ -173,13 +175,14 @@ class WorkerClaim(Frozen):
             + self.expert_bytes
         )
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def pool_bytes(self) -> int:
         """What a unified-memory worker's single pool must hold: RAM and VRAM claims together."""
         return self.ram_bytes + self.vram_bytes
 
 
-class Claims(Frozen):
+class Claims(Itemised):
     """The memory a layout needs, per device and per worker: the output of ``memory.claims``."""
 
     devices: tuple[DeviceClaim, ...] = ()
@@ -196,10 +199,12 @@ class Claims(Frozen):
     def worker(self, name: str) -> WorkerClaim | None:
         return next((claim for claim in self.workers if claim.worker == name), None)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total_vram_bytes(self) -> int:
         return sum(claim.total_bytes for claim in self.devices)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total_ram_bytes(self) -> int:
         return sum(claim.ram_bytes for claim in self.workers)

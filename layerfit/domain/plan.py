@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import shlex
 from enum import StrEnum
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, computed_field
 
-from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.base import SCHEMA_VERSION, Frozen, Itemised, NonNegInt
 from layerfit.domain.layout import Claims, Layout
 
 
@@ -145,9 +146,46 @@ class Relaxation(Frozen):
     """Layers on GPUs the relaxed request would reach."""
 
 
+class DeviceUse(Itemised):
+    """One GPU of a layout under its two names, against what it has free."""
+
+    gpu_id: str
+    """``worker:type:index``: the name layerfit uses for this GPU everywhere."""
+    llama_device: str
+    """What llama.cpp's ``--device`` calls it on the main worker: ``CUDA0``, ``MTL0``, ``RPC0``..."""
+    gpu_name: str = ""
+    """The model name the cluster gives (``RTX 4090``), if any."""
+    allocatable_bytes: int
+    needed_bytes: NonNegInt
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def free_after_bytes(self) -> int:
+        """Allocatable minus needed: negative when the layout does not fit on this GPU."""
+        return self.allocatable_bytes - self.needed_bytes
+
+
+class WorkerUse(Itemised):
+    """One worker's RAM (or, with unified memory, its single pool) against what it has free."""
+
+    worker: str
+    unified_memory: bool = False
+    allocatable_bytes: int
+    needed_bytes: NonNegInt
+    """RAM claims; for a unified-memory worker, RAM and VRAM claims together (one pool)."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def free_after_bytes(self) -> int:
+        """Allocatable minus needed: negative when the layout does not fit on this worker."""
+        return self.allocatable_bytes - self.needed_bytes
+
+
 class Plan(Frozen):
     """The answer for one deployment."""
 
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """Version of this JSON shape (``layerfit schema plan``)."""
     deployment: str
     status: Status
     best: Candidate | None = None
@@ -159,6 +197,10 @@ class Plan(Frozen):
     commands: tuple[Command, ...] = ()
     relaxations: tuple[Relaxation, ...] = ()
     """When nothing fits: the smallest changes that would make it fit, most useful first."""
+    device_use: tuple[DeviceUse, ...] = ()
+    """The best layout's GPUs, in llama.cpp device order: names and free memory after the plan."""
+    worker_use: tuple[WorkerUse, ...] = ()
+    """The best layout's workers, main first: RAM (or unified pool) free after the plan."""
 
     @property
     def layout(self) -> Layout | None:

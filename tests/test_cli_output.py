@@ -1,0 +1,161 @@
+"""What the CLI prints: tables whose totals are the sums of their terms, one name per GPU, JSON figures."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures_gguf import gemma_270m_path
+
+from layerfit.cli import EXIT_NO_FIT, EXIT_PLACED, main
+from layerfit.domain import Claims, Plan
+from layerfit.domain.base import GiB, MiB
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+CLUSTER = str(EXAMPLES / "cluster.yaml")
+DEPLOYMENT = str(EXAMPLES / "deployment.yaml")
+LAYOUT = str(EXAMPLES / "layout.yaml")
+_SIZE = re.compile(r"(-?\d+(?:\.\d+)?) (GiB|MiB)|(?<!\S)(0)(?!\S)")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def sizes(row: str) -> list[tuple[float, float]]:
+    """Every size in a table row as (bytes, rounding error bound of the printed figure)."""
+    found = []
+    for match in _SIZE.finditer(row):
+        if match[3] is not None:
+            found.append((0.0, 0.0))
+        elif match[2] == "GiB":
+            found.append((float(match[1]) * GiB, 0.005 * GiB))
+        else:
+            found.append((float(match[1]) * MiB, 0.05 * MiB))
+    return found
+
+
+def table(out: str, header: str) -> tuple[list[str], list[str]]:
+    """Column names and rows of the table whose header line starts with ``header``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(header + " "))
+    columns = lines[start].split()
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("  ") or line.startswith("    ") or not sizes(line):
+            break
+        rows.append(line)
+    return columns, rows
+
+
+def assert_adds_up(row: str, n_terms: int) -> None:
+    """The ``n_terms`` sizes before ``total`` add up to it, within the rounding of the printed figures."""
+    figures = sizes(row)
+    terms, total = figures[:n_terms], figures[n_terms]
+    tolerance = sum(error for _, error in terms) + total[1]
+    assert abs(sum(value for value, _ in terms) - total[0]) <= tolerance, row
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code, out = run(capsys, *argv, "--json")
+    assert code in (EXIT_PLACED, EXIT_NO_FIT)
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_vram_and_ram_tables_add_up(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--layout", LAYOUT)
+    assert code == EXIT_PLACED
+    columns, rows = table(out, "GPU")
+    assert columns[columns.index("weights") :] == [
+        "weights", "output", "KV", "compute", "runtime", "total", "free", "after",
+    ]  # fmt: skip
+    assert len(rows) == 4 and rows[-1].split()[0] == "total"
+    for row in rows:
+        assert_adds_up(row, 5)
+    # the totals row adds up the GPUs, column by column
+    per_gpu = [sizes(row) for row in rows[:-1]]
+    for column, (value, error) in enumerate(sizes(rows[-1])[:6]):
+        cells = [figures[column] for figures in per_gpu]
+        assert abs(sum(cell for cell, _ in cells) - value) <= error + sum(bound for _, bound in cells)
+    columns, rows = table(out, "RAM")
+    assert columns[2:] == ["fixed", "weights", "KV", "embed", "output", "compute", "total", "free", "after"]
+    assert [row.split()[:2] for row in rows[:2]] == [["gpu-a", "main"], ["gpu-b", "rpc"]]
+    assert rows[2].split()[0] == "total"
+    for row in rows:
+        assert_adds_up(row, 6)
+
+
+def test_gemma_row_shows_the_output_layer_and_runtime(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "plan", "--cluster", CLUSTER, "--model", str(gemma_270m_path()), "--gpus", "gpu-b:cuda:0")
+    assert code == EXIT_PLACED
+    _, rows = table(out, "GPU")
+    (row,) = rows
+    assert row.split()[:4] == ["gpu-b:cuda:0", "CUDA0", "main", "18"]
+    assert "170.0 MiB" in row and "715.0 MiB" in row and "1.50 GiB" in row
+    assert_adds_up(row, 5)
+
+
+def test_json_carries_every_term_and_the_derived_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    data = plan_json(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--layout", LAYOUT)
+    assert data["schema_version"] == 1
+    claims = data["best"]["claims"]
+    terms = ("weight_bytes", "kv_bytes", "output_bytes", "compute_bytes", "fixed_bytes", "extra_bytes")
+    for device in claims["devices"]:
+        assert device["total_bytes"] == sum(device[term] for term in terms)
+    ram_terms = ("fixed_bytes", "weight_bytes", "kv_bytes", "embedding_bytes", "output_bytes", "compute_bytes")
+    for worker in claims["workers"]:
+        assert worker["ram_bytes"] == sum(worker[term] for term in (*ram_terms, "expert_bytes"))
+        assert worker["pool_bytes"] == worker["ram_bytes"] + worker["vram_bytes"]
+    assert claims["total_vram_bytes"] == sum(device["total_bytes"] for device in claims["devices"])
+    assert [use["gpu_id"] for use in data["device_use"]] == ["gpu-b:cuda:0", "gpu-a:cuda:0", "gpu-a:cuda:1"]
+    assert [use["llama_device"] for use in data["device_use"]] == ["RPC0", "CUDA0", "CUDA1"]
+    for use, device in zip(data["device_use"], claims["devices"], strict=True):
+        assert use["needed_bytes"] == device["total_bytes"]
+        assert use["free_after_bytes"] == use["allocatable_bytes"] - use["needed_bytes"]
+    assert Plan.model_validate(data).claims is not None  # a dump reads back
+
+
+def test_a_dump_whose_total_disagrees_with_its_terms_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    data = plan_json(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT)
+    claims = data["best"]["claims"]
+    claims["devices"][0]["total_bytes"] += 1
+    with pytest.raises(ValueError, match=r"total_bytes is .* but its terms add up to"):
+        Claims.model_validate(claims)
+
+
+def test_one_name_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    outputs = [
+        run(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--layout", LAYOUT)[1],
+        run(capsys, "explain", "--cluster", CLUSTER, "--deployment", str(EXAMPLES / "too-big.yaml"))[1],
+    ]
+    for out in outputs:
+        assert "gpu-a:cuda:0" in out
+        assert not re.search(r"gpu-[ab]:\d", out), out  # never worker:index without the type
+    assert "free 2.67 GiB VRAM on gpu-a:cuda:0" in outputs[1]
+
+
+def test_a_unified_memory_worker_is_one_pool(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cluster = tmp_path / "mac.yaml"
+    cluster.write_text(
+        "workers:\n"
+        "  - {id: 1, name: mac, unified_memory: true, total_ram_bytes: 64 GiB, allocatable_ram_bytes: 56 GiB,\n"
+        "     gpus: [{index: 0, type: metal, total_vram_bytes: 48 GiB, allocatable_vram_bytes: 48 GiB}]}\n",
+        encoding="utf-8",
+    )
+    code, out = run(capsys, "plan", "--cluster", str(cluster), "--deployment", DEPLOYMENT)
+    assert code == EXIT_PLACED
+    assert "mac:metal:0" in out and "MTL0" in out
+    data = plan_json(capsys, "plan", "--cluster", str(cluster), "--deployment", DEPLOYMENT)
+    (worker,) = data["best"]["claims"]["workers"]
+    (use,) = data["worker_use"]
+    assert use["unified_memory"] and use["needed_bytes"] == worker["ram_bytes"] + worker["vram_bytes"]
+    assert f"= {_gib(use['needed_bytes'])} of 56.00 GiB" in out
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / GiB:.2f} GiB"
