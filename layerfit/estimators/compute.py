@@ -138,12 +138,12 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
     layer_full = layer(LAYER_STATES)
     layer_multi = layer_full + PIPELINE_EXTRA_STATES * e + extra_masks
     layer_partial = layer(LAYER_STATES if gpu else CPU_PARTIAL_LAYER_STATES)
-    output_full = act.logits + OUTPUT_STATES * e + m + moe
+    output_full = act.logits + OUTPUT_STATES * e + m
     output_multi = output_full + PIPELINE_EXTRA_STATES * e + extra_masks
-    output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m + moe
+    output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m
     # a GPU build offloads the host's large operations; a CPU build runs its blocks itself
     host_partial = HOST_STATES * e + m if gpu else layer(CPU_HOST_LAYER_STATES)
-    cpu_only = max(layer(CPU_HOST_LAYER_STATES), m + moe + act.logits + CPU_ONLY_OUTPUT_STATES * e)
+    cpu_only = max(layer(CPU_HOST_LAYER_STATES), m + act.logits + CPU_ONLY_OUTPUT_STATES * e)
     return ComputeEstimate(
         device=ComputeBuffer(
             full_offload_bytes=layer_full, partial_offload_bytes=layer_partial, multi_device_bytes=layer_multi

@@ -155,8 +155,22 @@ def parse_memory(text: str) -> dict[str, DeviceMemory]:
 # How llama.cpp reports host weights
 # ---------------------------------------------------------------------------------------------
 
-REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.IQ4_NL})
-"""Types the x86 CPU backend repacks (``CPU_REPACK``) when a CPU build keeps the tensor on the host."""
+REPACKED_TYPES = frozenset(
+    {GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.IQ4_NL, GGMLQuantizationType.MXFP4}
+)
+"""Types the x86 CPU backend with AVX2 repacks (``CPU_REPACK``) when a CPU build keeps the tensor on
+the host: matrix-multiplication weights (2-D, or 3-D expert stacks) whose row count is a multiple of
+``REPACK_ROWS`` (ggml-cpu ``repack.cpp``; AVX-512 builds also repack Q2_K, ARM builds others)."""
+REPACK_ROWS = 8
+
+
+def _repacked(tensor: TensorInfo) -> bool:
+    return (
+        tensor.ggml_type in REPACKED_TYPES
+        and len(tensor.shape) >= 2
+        and tensor.shape[1] % REPACK_ROWS == 0
+        and "token_embd" not in tensor.name
+    )
 
 
 def _on_host(tensor: TensorInfo, layout: Layout) -> bool:
@@ -180,9 +194,7 @@ def reported_host_weight_offset(
     """
     host = [t for t in header.tensors if _on_host(t, layout)]
     logical = sum(t.n_bytes for t in host)
-    repacked = [
-        t for t in host if repack and t.ggml_type in REPACKED_TYPES and len(t.shape) >= 2 and "token_embd" not in t.name
-    ]
+    repacked = [t for t in host if repack and _repacked(t)]
     plain = [t for t in host if t not in repacked]
     if projection:
         return sum(t.n_bytes for t in plain) - logical

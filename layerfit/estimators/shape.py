@@ -246,8 +246,10 @@ class _Tensors:
         tensor = self.blocks[block].get(name) if block < len(self.blocks) else None
         return tensor.shape[axis] if tensor is not None and len(tensor.shape) > axis else 0
 
-    def ffn_width(self, block: int) -> int:
+    def ffn_width(self, block: int, fused_gate_up: bool) -> int:
         dense = self.dim(block, "ffn_up.weight", 1) or self.dim(block, "ffn_gate.weight", 1)
+        if fused_gate_up and "ffn_gate.weight" not in self.blocks[block]:
+            dense //= 2  # gate and up stacked in ffn_up: the feed-forward is half as wide
         return dense + self.dim(block, "ffn_up_shexp.weight", 1)
 
 
@@ -326,7 +328,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         expert_feed_forward_length=meta.integer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 0)
         or max((tensors.dim(i, "ffn_up_exps.weight", 1) for i in range(n)), default=0),
         leading_dense_block_count=meta.integer(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),
-        ffn_width=tuple(tensors.ffn_width(i) for i in range(n)),
+        ffn_width=tuple(tensors.ffn_width(i, arch in arch_rules.FUSED_GATE_UP) for i in range(n)),
         recurrent_layers=recurrent,
         ssm_conv_kernel=meta.integer(Keys.SSM.CONV_KERNEL, 0),
         ssm_inner_size=meta.integer(Keys.SSM.INNER_SIZE, 0),

@@ -334,12 +334,16 @@ def write_gguf(
     tokenizer: bool = False,
     merges: int = 0,
     split_max_tensors: int = 0,
+    tensors: list[TensorSpec] | None = None,
+    tokenizer_model: str = "gpt2",
 ) -> list[Path]:
     """Write the model's GGUF: header and tensor table, then (``sparse``) zero data to full size.
 
     ``tokenizer`` adds a vocabulary of ``vocab_size`` token strings with scores and types, as
     real files carry, and ``merges`` BPE merge strings. With ``split_max_tensors`` the model is split into shards named
-    ``NAME-0000i-of-0000N.gguf``. Returns the written paths.
+    ``NAME-0000i-of-0000N.gguf``. ``tensors`` replaces the spec's tensor table and
+    ``tokenizer_model`` names the vocabulary type (``test``: llama.cpp's hashing test tokenizer,
+    which needs no merges). Returns the written paths.
     """
     writer = GGUFWriter(os.fspath(path), spec.architecture, split_max_tensors=split_max_tensors)
     writer.add_name(spec.name)
@@ -347,8 +351,8 @@ def write_gguf(
     for key, value in metadata(spec).items():
         _add(writer, key, value)
     if tokenizer:
-        _add_tokenizer(writer, spec.vocab_size, merges)
-    for tensor in tensor_table(spec):
+        _add_tokenizer(writer, spec.vocab_size, merges, tokenizer_model)
+    for tensor in tensor_table(spec) if tensors is None else tensors:
         element_shape = tuple(reversed(tensor.shape))
         writer.add_tensor_info(
             tensor.name, element_shape, np.dtype(np.float32), tensor.n_bytes, raw_dtype=tensor.ggml_type
@@ -375,8 +379,8 @@ def _finish(path: Path, alignment: int, data_bytes: int) -> None:
         handle.truncate(data_start + data_bytes)
 
 
-def _add_tokenizer(writer: GGUFWriter, vocab_size: int, merges: int) -> None:
-    writer.add_tokenizer_model("gpt2")
+def _add_tokenizer(writer: GGUFWriter, vocab_size: int, merges: int, model: str = "gpt2") -> None:
+    writer.add_tokenizer_model(model)
     writer.add_token_list([f"tok{i}" for i in range(vocab_size)])
     writer.add_token_scores([0.0] * vocab_size)
     writer.add_token_types([1] * vocab_size)
