@@ -422,6 +422,19 @@ def test_time_limit_without_answer_is_unknown() -> None:
     assert result.best is None
 
 
+def test_a_valid_hint_is_the_answer_when_time_runs_out() -> None:
+    where = cluster(*(worker(f"w{i}", *(700 + 10 * j for j in range(4))) for i in range(8)))
+    dep = deployment(distributed_inference_across_workers=True)
+    hint = make_layout("w0", 10, [dev("w1", 0, 4), dev("w0", 0, 3), dev("w0", 1, 3)])
+    assert check_layout(where, dep, P, hint, CONFIG) == ()
+    result = run(where, dep, CONFIG.model_copy(update={"time_limit_s": 1e-9}), hint=hint)
+    assert result.status is Status.FEASIBLE and not result.strict_optimal
+    assert result.best is not None and result.best.layout == hint
+    assert result.tiers is not None and (result.tiers.workers, result.tiers.gpus) == (2, 3)
+    assert result.bound is not None and result.objective is not None and result.bound >= result.objective
+    assert result.stats.details["incumbent"] == "kept" and result.stats.details["proof"] == "none"
+
+
 def test_result_reports_tiers_objective_and_stats() -> None:
     result = run(THREE_WORKERS, deployment())
     assert result.status is Status.OPTIMAL

@@ -292,3 +292,22 @@ def test_solver_is_valid_and_never_worse_than_the_heuristic(data: st.DataObject)
             assert result_key(result) >= tier_key(heuristic)
     if result.status is Status.INFEASIBLE:
         assert plan.best is None
+
+
+@SLOW
+@given(data=st.data())
+def test_a_valid_heuristic_layout_always_lands(data: st.DataObject) -> None:
+    """Whatever the time limit, a heuristic plan means a solver answer at least as good on the tiers."""
+    profile = data.draw(profiles(max_blocks=24, unit=16 * MiB))
+    where = data.draw(clusters(max_gpus=32, max_workers=8, top=1200, unit=16 * MiB))
+    dep = data.draw(deployments(where, profile, with_split=False))
+    limit = data.draw(st.sampled_from([1e-9, 1e-3, 0.05, 5.0]))
+    config = data.draw(configs()).model_copy(update={"time_limit_s": limit})
+    plan = heuristics.plan(where, dep, config, profile)
+    assume(plan.best is not None)
+    assert plan.best is not None
+    result = solve(where, dep, profile, config, hint=plan.best.layout)
+    assert result.status in (Status.OPTIMAL, Status.FEASIBLE)
+    assert result.best is not None
+    assert tier_key(result.best.layout) >= tier_key(plan.best.layout)
+    assert_valid(where, dep, profile, config, result)

@@ -30,20 +30,18 @@ from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
-from layerfit.check import check_layout, unified_workers
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, EngineStats, Status, strategy_class
+from layerfit.domain.plan import Candidate, EngineStats, Status
 from layerfit.domain.profile import MemoryProfile
-from layerfit.errors import SolverError
-from layerfit.memory import claims
 from layerfit.solver.bounds import layer_ceiling, multi_worker_candidates, single_worker_layers
 from layerfit.solver.build import BuiltModel, build_model
+from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_of, tier_key
 from layerfit.solver.decode import decision_values
 from layerfit.solver.instance import Instance, build_instance
-from layerfit.solver.objective import placement_score, strict_tiers, strict_value, tie_break
+from layerfit.solver.objective import strict_tiers, strict_value, tie_break
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
 from layerfit.solver.runner import Run, hint_decisions, hint_layout, run
@@ -77,6 +75,11 @@ class _Trace:
     steps: list[str] = field(default_factory=list)
     hint: str = "none"
     solves: int = 0
+    proof: str = "none"
+    incumbent: str = "none"
+    """The heuristic's layout: ``none`` (absent or invalid), ``valid``, ``kept`` as the answer, or
+    ``contradicted`` (CP-SAT called the model infeasible; the layout is kept, nothing is proven)."""
+    """What proves the strict tiers: ``cp-sat``, a named shortcut, or ``none``."""
 
     def record(self, step: str, result: Run) -> Run:
         self.steps.append(f"{step}:{result.status.name}:{result.wall_time_s * 1000:.0f}ms")
@@ -111,23 +114,32 @@ def solve(
 ) -> SolveResult:
     """The provably best layout for one deployment under DESIGN.md's objective tiers.
 
-    ``hint`` (the heuristic's best layout) seeds the search; it need not be valid.
+    ``hint`` (the heuristic's best layout) seeds the search; it need not be valid. A valid hint is
+    the incumbent: the answer is never worse than it, and never UNKNOWN or INFEASIBLE.
     """
     clock = _Clock(config.time_limit_s)
     trace = _Trace()
     instance = build_instance(cluster, deployment, profile, config)
+    incumbent = incumbent_of(cluster, deployment, profile, config, hint)
+    if incumbent is not None:
+        trace.incumbent = "valid"
     outcome = _ceiling_search(instance, hint, config, clock, trace)
     if not isinstance(outcome, _Outcome):
-        outcome = _general_search(instance, hint, config, clock, trace)
+        outcome = _general_search(instance, hint, incumbent, config, clock, trace)
     if not isinstance(outcome, _Outcome):
+        if incumbent is not None:
+            return _kept(instance, clock, trace, incumbent, outcome, bound=None)
         return _result(instance, clock, trace, outcome)
-    best = _candidate(cluster, deployment, profile, config, outcome.best.layout(outcome.built))
+    best = checked_candidate(cluster, deployment, profile, config, outcome.best.layout(outcome.built))
+    if incumbent is not None and not outcome.strict_proven and incumbent.key > tier_key(best.layout):
+        return _kept(instance, clock, trace, incumbent, Status.FEASIBLE, bound=outcome.bound)
     alternatives: tuple[Candidate, ...] = ()
     if outcome.strict_proven and config.alternatives:
         alternatives = _alternatives(cluster, deployment, profile, config, outcome, clock, trace)
     status = Status.OPTIMAL if outcome.strict_proven and outcome.tie_break_proven else Status.FEASIBLE
     tiers = TierValues(gpu_layers=outcome.layers, workers=outcome.workers, gpus=outcome.gpus, tie_break=best.score)
     objective = float(strict_value(instance, outcome.layers, outcome.workers, outcome.gpus))
+    trace.proof = "cp-sat" if outcome.strict_proven else "none"
     return _result(
         instance,
         clock,
@@ -139,6 +151,29 @@ def solve(
         strict_optimal=outcome.strict_proven,
         objective=objective,
         bound=objective if outcome.strict_proven else outcome.bound,
+    )
+
+
+def _kept(
+    instance: Instance, clock: _Clock, trace: _Trace, incumbent: Incumbent, search: Status, bound: float | None
+) -> SolveResult:
+    """The incumbent as the answer: no search step found anything better in time (``search`` is
+    UNKNOWN), or CP-SAT contradicted a layout ``check`` accepts (INFEASIBLE: no proof is given)."""
+    trace.incumbent = "contradicted" if search is Status.INFEASIBLE else "kept"
+    trace.proof = "none"
+    layers, workers, gpus = incumbent.layers, incumbent.workers, incumbent.gpus
+    objective = float(strict_value(instance, layers, workers, gpus))
+    ceiling = layer_ceiling(instance)
+    upper = float(strict_value(instance, ceiling, 1, 1 if ceiling else 0))
+    return _result(
+        instance,
+        clock,
+        trace,
+        Status.FEASIBLE,
+        best=incumbent.candidate,
+        tiers=TierValues(gpu_layers=layers, workers=workers, gpus=gpus, tie_break=incumbent.candidate.score),
+        objective=objective,
+        bound=max(objective, upper if bound is None else bound),
     )
 
 
@@ -260,20 +295,30 @@ def _multi_worker_search(
 
 
 def _general_search(
-    instance: Instance, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
+    instance: Instance,
+    hint: Layout | None,
+    incumbent: Incumbent | None,
+    config: PlannerConfig,
+    clock: _Clock,
+    trace: _Trace,
 ) -> _Outcome | Status:
-    """Step 2: the weighted strict tiers on the full model, then the tie-break."""
+    """Step 2: the weighted strict tiers on the full model, then the tie-break. A valid hint's
+    strict value bounds the objective from below (pruning keeps an optimum, so it stays valid)."""
     built = build_model(prune_dominated(instance))
     hinted = False
     if hint is not None:
         trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
         hinted = trace.hint == "accepted"
     tiers = strict_tiers(built.instance, built.variables)
+    if incumbent is not None:
+        floor = strict_value(built.instance, incumbent.layers, incumbent.workers, incumbent.gpus)
+        built.model.add(tiers.combined >= floor)
     built.model.maximize(tiers.combined)
     first = trace.record("strict", run(built, config, clock.remaining()))
     if not first.found:
         # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
-        proven_empty = first.status == cp_model.INFEASIBLE and not hinted
+        # With an incumbent, ``solve`` keeps it and names the contradiction.
+        proven_empty = first.status == cp_model.INFEASIBLE and (incumbent is not None or not hinted)
         return Status.INFEASIBLE if proven_empty else Status.UNKNOWN
     outcome = _Outcome(
         built=built,
@@ -365,7 +410,7 @@ def _alternatives(
         result = trace.record("alternative", run(built, config, time_limit))
         if not result.found:
             break
-        found.append(_candidate(cluster, deployment, profile, config, result.layout(built)))
+        found.append(checked_candidate(cluster, deployment, profile, config, result.layout(built)))
         previous = result
     return tuple(found)
 
@@ -396,23 +441,6 @@ def _exclude(model: cp_model.CpModel, variables: Variables, result: Run) -> None
 # ---------------------------------------------------------------------------------------------
 
 
-def _candidate(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layout: Layout
-) -> Candidate:
-    """The layout with its claims, checked again in bytes: a violation here is a bug."""
-    violations = check_layout(cluster, deployment, profile, layout, config)
-    if violations:
-        details = "; ".join(reason.message for reason in violations)
-        raise SolverError(f"deployment {deployment.name}: the solver's layout breaks the rules: {details}")
-    needed = claims(profile, layout, unified_workers(cluster))
-    return Candidate(
-        layout=layout,
-        claims=needed,
-        strategy=strategy_class(layout),
-        score=placement_score(cluster, config.policy, layout, needed),
-    )
-
-
 def _result(
     instance: Instance,
     clock: _Clock,
@@ -431,6 +459,8 @@ def _result(
         "steps": ",".join(trace.steps),
         "solves": trace.solves,
         "hint": trace.hint,
+        "proof": trace.proof,
+        "incumbent": trace.incumbent,
         "unit_bytes": instance.scale.unit_bytes,
         "exact_units": int(instance.scale.exact),
         "gpu_classes": len(instance.classes),
