@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from itertools import permutations, product
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from layerfit import heuristics
@@ -40,7 +40,10 @@ from layerfit.domain import (
 )
 from layerfit.memory import claims
 from layerfit.solver import SolveResult, layout_is_feasible_in_model, solve
+from layerfit.solver.candidates import incumbent_of
+from layerfit.solver.instance import build_instance
 from layerfit.solver.objective import placement_score
+from layerfit.solver.proofs import capacity_infeasibility, single_gpu_answer
 
 # ---------------------------------------------------------------------------------------------
 # Strategies
@@ -240,7 +243,8 @@ def test_solver_equals_brute_force_on_tiny_instances(data: st.DataObject) -> Non
     where = data.draw(clusters(max_gpus=3, max_workers=3, top=900))
     dep = data.draw(deployments(where, profile, with_split=True))
     config = data.draw(configs())
-    result = solve(where, dep, profile, config)
+    hint = heuristics.plan(where, dep, config, profile).layout if data.draw(st.booleans()) else None
+    result = solve(where, dep, profile, config, hint=hint)
     assert_valid(where, dep, profile, config, result)
 
     layouts = sorted(all_layouts(where, profile.n_blocks), key=tier_key, reverse=True)
@@ -311,3 +315,36 @@ def test_a_valid_heuristic_layout_always_lands(data: st.DataObject) -> None:
     assert result.best is not None
     assert tier_key(result.best.layout) >= tier_key(plan.best.layout)
     assert_valid(where, dep, profile, config, result)
+
+
+@SLOW
+@given(data=st.data())
+def test_each_shortcut_agrees_with_the_full_solve(data: st.DataObject) -> None:
+    """A capacity proof means the full solve finds nothing; a single-GPU proof gives its tiers and
+    a tie-break at least as good (CP-SAT ranks the tie-break in coarser units)."""
+    profile = data.draw(profiles(max_blocks=12, unit=16 * MiB))
+    where = data.draw(clusters(max_gpus=12, max_workers=4, top=1200, unit=16 * MiB))
+    dep = data.draw(deployments(where, profile, with_split=False))
+    config = data.draw(configs())
+    plan = heuristics.plan(where, dep, config, profile)
+    instance = build_instance(where, dep, profile, config)
+    incumbent = incumbent_of(where, dep, profile, config, plan.layout)
+    infeasible_by = capacity_infeasibility(instance)
+    single = single_gpu_answer(where, dep, profile, config, instance, incumbent)
+    event(f"shortcut: {infeasible_by or ('single-gpu' if single else 'none')}")
+    if infeasible_by is None and single is None:
+        return
+    full = solve(where, dep, profile, config, hint=plan.layout, shortcuts=False)
+    fast = solve(where, dep, profile, config, hint=plan.layout)
+    assert_valid(where, dep, profile, config, fast)
+    if infeasible_by is not None:
+        assert incumbent is None
+        assert full.status is Status.INFEASIBLE and fast.status is Status.INFEASIBLE
+        assert fast.stats.details["proof"] == infeasible_by
+    if single is not None:
+        assert full.strict_optimal and fast.status is Status.OPTIMAL
+        assert fast.stats.details["proof"] == "single-gpu-enumeration"
+        assert fast.tiers is not None and full.tiers is not None
+        assert result_key(fast) == result_key(full)
+        assert fast.tiers.tie_break >= full.tiers.tie_break - 1e-9
+        assert len(fast.alternatives) >= min(config.alternatives, len(full.alternatives))

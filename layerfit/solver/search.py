@@ -42,12 +42,15 @@ from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_o
 from layerfit.solver.decode import decision_values
 from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import strict_tiers, strict_value, tie_break
+from layerfit.solver.proofs import SINGLE_GPU, capacity_infeasibility, forced_layers, single_gpu_answer
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
 from layerfit.solver.runner import Run, hint_decisions, hint_layout, run
 from layerfit.solver.variables import IntVar, Variables
 
 ENGINE = "cp-sat"
+CEILING_SEARCH = "ceiling-search"
+"""Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
 HINT_TIME_FRACTION = 0.1
 """Share of the remaining time a hint completion may use."""
 MIN_ALTERNATIVE_TIME_S = 0.05
@@ -111,11 +114,14 @@ def solve(
     profile: MemoryProfile,
     config: PlannerConfig = PlannerConfig(),
     hint: Layout | None = None,
+    *,
+    shortcuts: bool = True,
 ) -> SolveResult:
     """The provably best layout for one deployment under DESIGN.md's objective tiers.
 
     ``hint`` (the heuristic's best layout) seeds the search; it need not be valid. A valid hint is
     the incumbent: the answer is never worse than it, and never UNKNOWN or INFEASIBLE.
+    ``shortcuts``: answer without CP-SAT where a bound proves it (``proofs``); off only to test them.
     """
     clock = _Clock(config.time_limit_s)
     trace = _Trace()
@@ -123,7 +129,15 @@ def solve(
     incumbent = incumbent_of(cluster, deployment, profile, config, hint)
     if incumbent is not None:
         trace.incumbent = "valid"
+    if shortcuts:
+        shortcut = _shortcut(cluster, deployment, profile, config, instance, incumbent, clock, trace)
+        if shortcut is not None:
+            return shortcut
     outcome = _ceiling_search(instance, hint, config, clock, trace)
+    if outcome is Status.INFEASIBLE and shortcuts and incumbent is None and (forced_layers(instance) or 0) > 0:
+        # The rules fix the GPU-layer count and no worker count reaches it: nothing else can fit.
+        trace.proof = CEILING_SEARCH
+        return _result(instance, clock, trace, Status.INFEASIBLE)
     if not isinstance(outcome, _Outcome):
         outcome = _general_search(instance, hint, incumbent, config, clock, trace)
     if not isinstance(outcome, _Outcome):
@@ -151,6 +165,43 @@ def solve(
         strict_optimal=outcome.strict_proven,
         objective=objective,
         bound=objective if outcome.strict_proven else outcome.bound,
+    )
+
+
+def _shortcut(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    instance: Instance,
+    incumbent: Incumbent | None,
+    clock: _Clock,
+    trace: _Trace,
+) -> SolveResult | None:
+    """An answer proven without CP-SAT (``proofs``), or ``None``."""
+    if incumbent is None:
+        proof = capacity_infeasibility(instance)
+        if proof is not None:
+            trace.proof = proof
+            return _result(instance, clock, trace, Status.INFEASIBLE)
+        return None
+    found = single_gpu_answer(cluster, deployment, profile, config, instance, incumbent)
+    if found is None:
+        return None
+    trace.proof = SINGLE_GPU
+    best, *alternatives = found
+    objective = float(strict_value(instance, incumbent.layers, 1, 1))
+    return _result(
+        instance,
+        clock,
+        trace,
+        Status.OPTIMAL,
+        best=best,
+        alternatives=tuple(alternatives),
+        tiers=TierValues(gpu_layers=incumbent.layers, workers=1, gpus=1, tie_break=best.score),
+        strict_optimal=True,
+        objective=objective,
+        bound=objective,
     )
 
 

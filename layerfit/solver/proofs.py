@@ -1,0 +1,115 @@
+"""Answers proven without a CP model.
+
+* **Capacity bounds that rule everything out** (``capacity_infeasibility``): no worker can run the
+  main process; the rules fix the GPU-layer count (no CPU offloading, or ``-ngl``) and no choice of
+  devices holds that many layers; or every candidate main worker's RAM is short of what it must
+  keep even when its own GPUs and the best remote GPUs hold all they can. Each bound is in the
+  model's scaled units and never under-counts, so it holds for every layout.
+* **A single-GPU incumbent with every layer on it** (``single_gpu_answer``): one GPU, one worker
+  and the most layers the rules allow are each the best value a layout can have, so the strict
+  tiers are proven; the tie-break is then found by trying every class of interchangeable GPUs
+  (``check`` in bytes decides each), which also gives the alternatives.
+
+Each proof has a name, reported in ``EngineStats.details["proof"]``.
+"""
+
+from __future__ import annotations
+
+from layerfit.check import check_layout
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import DeviceAssignment, Layout
+from layerfit.domain.plan import Candidate
+from layerfit.domain.profile import MemoryProfile
+from layerfit.solver.bounds import block_capacity, device_blocks, layer_ceiling
+from layerfit.solver.candidates import Incumbent, candidate_of
+from layerfit.solver.instance import Instance, SlotKind
+
+NO_MAIN_WORKER = "no-main-worker"
+GPU_CAPACITY = "gpu-capacity"
+HOST_RAM = "host-ram"
+SINGLE_GPU = "single-gpu-enumeration"
+
+
+def forced_layers(instance: Instance) -> int | None:
+    """The GPU-layer count every valid layout has, when the rules fix it."""
+    rules = instance.rules
+    if rules.layer_target is not None:
+        return rules.layer_target
+    return instance.n_layers if rules.full_offload else None
+
+
+def most_blocks_by_main(instance: Instance) -> dict[int, int]:
+    """For each candidate main worker, an upper bound on the blocks any layout with it as main puts
+    on GPUs: its own best ``local_slots`` GPUs and the best ``rpc_slots`` GPUs of other workers."""
+    remote = sorted(
+        (
+            (device_blocks(instance, cls.capacity, SlotKind.RPC), cls.worker)
+            for cls in instance.classes
+            if cls.rpc_ok and instance.workers[cls.worker].rpc_ok
+            for _ in range(min(cls.count, instance.rpc_slots))
+        ),
+        reverse=True,
+    )
+    most: dict[int, int] = {}
+    for w, view in enumerate(instance.workers):
+        if not view.main_ok:
+            continue
+        others = [blocks for blocks, owner in remote if owner != w][: instance.rpc_slots]
+        local = block_capacity(instance, w, SlotKind.LOCAL, instance.local_slots)
+        most[w] = min(instance.n_blocks, local + sum(others))
+    return most
+
+
+def capacity_infeasibility(instance: Instance) -> str | None:
+    """The name of a capacity bound that proves no layout valid, or ``None``."""
+    most = most_blocks_by_main(instance)
+    if not most:
+        return NO_MAIN_WORKER
+    forced = forced_layers(instance)
+    if forced is not None and forced > 0:
+        # The output layer adds at most one layer; a layout needs some device for any layer.
+        reachable = max(most.values()) + 1 if layer_ceiling(instance) > 0 else 0
+        if reachable < forced:
+            return GPU_CAPACITY
+    least_host = min(instance.costs.host.values(), default=0)
+    prefix = instance.costs.host_prefix_up
+    if all(
+        least_host + prefix[instance.n_blocks - blocks] > instance.workers[w].ram_capacity for w, blocks in most.items()
+    ):
+        return HOST_RAM
+    return None
+
+
+def single_gpu_answer(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    instance: Instance,
+    incumbent: Incumbent | None,
+) -> tuple[Candidate, ...] | None:
+    """The best single-GPU layouts, best first (as many as the answer and its alternatives need),
+    when the incumbent proves the strict tiers: one GPU holding every layer the rules allow."""
+    if incumbent is None or incumbent.gpus != 1 or incumbent.layers != layer_ceiling(instance):
+        return None
+    shape = incumbent.layout.devices[0]
+    found: list[Candidate] = []
+    for cls in instance.classes:
+        view = instance.workers[cls.worker]
+        if not (cls.local_ok and view.main_ok):
+            continue
+        device = DeviceAssignment(worker=view.name, gpu_index=cls.gpu_indexes[0], blocks=shape.blocks)
+        layout = Layout(
+            main_worker=view.name,
+            n_blocks=instance.n_blocks,
+            devices=(device,),
+            output_offloaded=incumbent.layout.output_offloaded,
+        )
+        if not check_layout(cluster, deployment, profile, layout, config):
+            found.append(candidate_of(cluster, deployment, profile, config, layout))
+    if not found:  # cannot happen: the incumbent's own class is tried
+        return None
+    found.sort(key=lambda candidate: candidate.score, reverse=True)
+    return tuple(found[: 1 + config.alternatives])
