@@ -14,10 +14,11 @@ from gguf import GGMLQuantizationType, Keys
 
 from layerfit.domain.base import Bytes, Frozen, MiB, PosInt
 from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import MemoryProfile, RoleCosts
 from layerfit.errors import EstimationError
-from layerfit.estimators import kv
+from layerfit.estimators import kv, overrides
 from layerfit.estimators.compute import Backend, activations, compute_buffers
 from layerfit.estimators.gguf_reader import MetaValue, read_header
 from layerfit.estimators.shape import ModelShape, read_gguf
@@ -141,10 +142,12 @@ def estimate_profile(
     role = RoleCosts(fixed_bytes=runtime.gpu_fixed, compute=compute.device)
     projector_bytes, projector_warnings = _projector(params, settings.flash_attn)
     host_output = shape.host_output_layer_bytes
+    experts, fixed_experts, override_warnings = _host_parts(shape, params)
     return MemoryProfile(
         block_weight_bytes=shape.block_bytes,
         block_kv_bytes=kv.block_kv_bytes(shape, cache, settings.type_k, settings.type_v),
-        block_expert_bytes=shape.block_expert_bytes if any(shape.block_expert_bytes) else None,
+        block_expert_bytes=experts,
+        fixed_host_experts=fixed_experts,
         output_weight_bytes=shape.output_layer_bytes,
         host_output_weight_bytes=host_output if host_output != shape.output_layer_bytes else None,
         token_embedding_bytes=shape.input_bytes,
@@ -158,8 +161,22 @@ def estimate_profile(
         output_compute_bytes=compute.output,
         first_device_compute_bytes=compute.first_device,
         host_output_compute_bytes=compute.host_output,
-        warnings=(*shape.warnings, *setting_warnings, *projector_warnings),
+        warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
     )
+
+
+def _host_parts(
+    shape: ModelShape, params: LlamaParams
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, tuple[str, ...]]:
+    """Per block, what may stay in host RAM apart from the rest of it (the experts, or what the
+    user's tensor overrides match); the blocks the overrides fix there; the overrides' warnings."""
+    flags = expert_flags(params)
+    experts = shape.block_expert_bytes
+    if not flags.given:
+        return (experts if any(experts) else None), None, ()
+    resolved = overrides.resolve(shape, flags)
+    parts = tuple(host or expert for host, expert in zip(resolved.block_bytes, experts, strict=True))
+    return (parts if any(parts) else None), resolved.blocks, resolved.warnings
 
 
 def output_buffer_bytes(shape: ModelShape, settings: Settings) -> int:

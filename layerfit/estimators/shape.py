@@ -19,10 +19,10 @@ from layerfit.errors import EstimationError
 from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, MetaValue, TensorInfo, read_header
 
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
+BLOCK_PREFIX = re.compile(r"^blk\.(\d+)\.")
 EXPERT_TENSOR = re.compile(r"^ffn_(up|down|gate|gate_up)_(ch|)exps")
 """A block's routed-expert tensors, named after ``blk.N.``: llama.cpp's ``LLM_FFN_EXPS_REGEX``."""
-_OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.")
+OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.")
 POOLING_RANK = 4
 """``pooling_type`` of rerankers."""
 
@@ -86,6 +86,8 @@ class ModelShape(Frozen):
     tied_embeddings: bool = False
     """No ``output.weight``: llama.cpp copies the token embedding as the output projection."""
     tensor_count: NonNegInt
+    tensor_sizes: tuple[tuple[str, NonNegInt], ...] = ()
+    """Every tensor's name and bytes, in file order (what ``-ot`` patterns are matched against)."""
     tensor_bytes: NonNegInt
     file_bytes: NonNegInt
     header_bytes: NonNegInt
@@ -221,7 +223,7 @@ class _Tensors:
         self.outputs: dict[str, TensorInfo] = {}
         self.stray: list[str] = []
         for tensor in tensors:
-            match = _BLOCK.match(tensor.name)
+            match = BLOCK_PREFIX.match(tensor.name)
             if match is not None:
                 index = int(match[1])
                 if index < n_blocks:
@@ -229,7 +231,7 @@ class _Tensors:
                     continue
                 self.stray.append(tensor.name)
                 self.inputs[tensor.name] = tensor
-            elif tensor.name.startswith(_OUTPUT_PREFIXES):
+            elif tensor.name.startswith(OUTPUT_PREFIXES):
                 self.outputs[tensor.name] = tensor
             else:
                 self.inputs[tensor.name] = tensor
@@ -238,9 +240,7 @@ class _Tensors:
         return tuple(sum(t.n_bytes for t in block.values()) for block in self.blocks)
 
     def expert_bytes(self) -> tuple[int, ...]:
-        return tuple(
-            sum(t.n_bytes for name, t in block.items() if EXPERT_TENSOR.match(name)) for block in self.blocks
-        )
+        return tuple(sum(t.n_bytes for name, t in block.items() if EXPERT_TENSOR.match(name)) for block in self.blocks)
 
     def dim(self, block: int, name: str, axis: int) -> int:
         tensor = self.blocks[block].get(name) if block < len(self.blocks) else None
@@ -349,6 +349,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         output_extra_bytes=output_extra,
         tied_embeddings=tied,
         tensor_count=len(header.tensors),
+        tensor_sizes=tuple((tensor.name, tensor.n_bytes) for tensor in header.tensors),
         tensor_bytes=header.tensor_bytes,
         file_bytes=header.file_bytes,
         header_bytes=header.header_bytes,
