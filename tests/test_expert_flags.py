@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fixtures_gguf import write_tiny
 
 from layerfit.domain import LlamaParams
 from layerfit.domain.expert_flags import (
@@ -19,7 +20,6 @@ from layerfit.domain.expert_flags import (
 from layerfit.errors import InputError
 from layerfit.estimators import estimate_profile
 from layerfit.estimators.shape import read_gguf
-from tests.fixtures_gguf import write_tiny
 
 MOE = {"architecture": "qwen3moe", "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 128}
 
