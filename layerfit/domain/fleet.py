@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, computed_field, model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.domain.choices import Executor as Executor
@@ -57,6 +58,25 @@ class Fleet(Frozen):
         return self
 
 
+class ReplicaChange(StrEnum):
+    """What the plan does to one replica, relative to the current placement."""
+
+    KEPT = "kept"
+    """It runs where it runs now."""
+    MOVED = "moved"
+    """It has a current placement and runs somewhere else in the plan (also when its worker or GPU
+    is gone)."""
+    STARTED = "started"
+    """It has no current placement: a first start, not a move."""
+    STOPPED = "stopped"
+    """It has a current placement and none in the plan."""
+
+
+class ReplicaRef(Frozen):
+    deployment: str
+    replica: NonNegInt
+
+
 class PlacedReplica(Frozen):
     """A replica in the new plan, with the memory it claims."""
 
@@ -64,8 +84,14 @@ class PlacedReplica(Frozen):
     replica: NonNegInt
     layout: Layout
     claims: Claims
-    moved: bool
-    """True when the replica runs somewhere else than now (or did not run)."""
+    change: ReplicaChange
+    """Kept, moved or started (never ``stopped``)."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def moved(self) -> bool:
+        """True when the replica has a current placement and runs somewhere else (first starts are no moves)."""
+        return self.change is ReplicaChange.MOVED
 
 
 class UnplacedReplica(Frozen):
@@ -84,6 +110,9 @@ class Move(Frozen):
     worker: str
     gpus: tuple[str, ...]
     """``worker:index`` of every GPU the replica uses (RPC servers included)."""
+    change: ReplicaChange
+    """What the step is part of: a first start (``started``), a move (``moved``: its stop and its
+    start), or a replica that stops for good (``stopped``)."""
     downtime: bool = False
     """A start whose replica was stopped first because there was no room for both."""
 
@@ -115,12 +144,26 @@ class FleetPlan(Frozen):
     placements: tuple[PlacedReplica, ...] = ()
     unplaced: tuple[UnplacedReplica, ...] = ()
     moves: tuple[Move, ...] = ()
+    """The steps from the current placement to the plan, in an order that never exceeds capacity."""
+    stopped: tuple[ReplicaRef, ...] = ()
+    """Replicas with a current placement and none in the plan (on a lost worker, scaled down, or
+    evicted by a higher priority)."""
     reasons: tuple[Reason, ...] = ()
     """Fleet-level findings: pins that no longer fit, temporary double bookings avoided, ..."""
     objective: tuple[int, ...] = ()
-    """Tier values reached: priority weight placed, layers on GPU, -moves, -GPUs, -workers."""
+    """Tier values reached: priority weight placed, layers on GPUs, minus the replicas moved (only
+    replicas with a current placement that the deployment still has count; first starts do not),
+    minus GPUs and workers used (``GPUs * (workers + 1) + workers``)."""
     gap: float | None = None
     """Relative distance between the solution and the bound of the first tier not proven optimal."""
     gap_tier: str | None = None
     """That tier (earlier tiers are proven); ``None`` when every tier is proven."""
     stats: tuple[EngineStats, ...] = ()
+
+    def replicas(self, change: ReplicaChange) -> tuple[ReplicaRef, ...]:
+        """The replicas the plan keeps, moves, starts or stops."""
+        if change is ReplicaChange.STOPPED:
+            return self.stopped
+        return tuple(
+            ReplicaRef(deployment=p.deployment, replica=p.replica) for p in self.placements if p.change is change
+        )

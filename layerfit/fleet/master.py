@@ -108,6 +108,9 @@ class Master:
             for (layout, _), var in zip(options, row, strict=True)
         )
         self.kept = sum(kept_terms)
+        self.moved = self.moves_total - self.kept
+        """Replicas with a current placement, that the deployment still has, and that do not stay in
+        it (first starts are not moves; replicas beyond the replica count stop, which is no move)."""
         self.footprint = sum(self.used_gpus) * (len(cluster.workers) + 1) + sum(self.used_workers)
 
     def _replica_row(self, d: int, deployment: Deployment) -> list[cp_model.IntVar]:
@@ -164,9 +167,9 @@ class Master:
     def all_vars(self) -> list[cp_model.IntVar]:
         return [var for row in self.x for var in row]
 
-    def upper_bounds(self) -> tuple[int, int, int]:
-        """Simple bounds of the maximised tiers: every replica placed, with all its layers on GPUs,
-        and every current replica kept."""
+    def simple_bounds(self) -> tuple[int, int, int]:
+        """Simple bounds of the first three tiers: every replica placed, with all its layers on
+        GPUs, and every current replica kept (the fewest moves)."""
         placed = layers = kept = 0
         for d, deployment in enumerate(self.deployments):
             options = self.candidates[d]
@@ -176,10 +179,11 @@ class Master:
             layers += deployment.replicas * max(layout.gpu_layers for layout, _ in options)
             now = self.current.get(deployment.name, Counter())
             kept += sum(min(now[layout], deployment.replicas) for layout, _ in options if layout in now)
-        return placed, layers, kept
+        return placed, layers, self.moves_total - kept
 
     def tier_values(self, counts: Sequence[Sequence[int]]) -> tuple[int, int, int]:
-        """The maximised tiers' values of a solution given as replicas per candidate."""
+        """The first three tiers' values of a solution given as replicas per candidate: priority
+        weight placed, layers on GPUs, replicas moved."""
         placed = layers = kept = 0
         for d, deployment in enumerate(self.deployments):
             now = self.current.get(deployment.name, Counter())
@@ -187,7 +191,7 @@ class Master:
                 placed += self.weights[deployment.name] * n
                 layers += layout.gpu_layers * n
                 kept += min(n, now.get(layout, 0))
-        return placed, layers, kept
+        return placed, layers, self.moves_total - kept
 
     def satisfies_pins(self, counts: Sequence[Sequence[int]]) -> bool:
         return all(

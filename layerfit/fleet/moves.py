@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal
 
 from layerfit.check import capacity_reasons
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.deployment import Deployment
-from layerfit.domain.fleet import Move
+from layerfit.domain.fleet import Move, ReplicaChange
 from layerfit.domain.layout import Claims, Layout
 from layerfit.errors import SolverError
 
@@ -24,21 +24,24 @@ def gpu_names(layout: Layout) -> tuple[str, ...]:
 
 def assign_replicas(
     deployment: Deployment, chosen: list[Layout], now: dict[int, Layout]
-) -> tuple[list[tuple[int, Layout, bool]], list[int]]:
-    """Give chosen layouts replica numbers: kept replicas keep theirs; returns (placed, unplaced)."""
+) -> tuple[list[tuple[int, Layout, ReplicaChange]], list[int]]:
+    """Give chosen layouts replica numbers: kept replicas keep theirs; returns (placed, unplaced).
+
+    A replica with a current placement that gets another layout is moved; one without is started.
+    """
     pool = Counter(chosen)
-    placed: list[tuple[int, Layout, bool]] = []
+    placed: list[tuple[int, Layout, ReplicaChange]] = []
     free_ids = []
     for replica in range(deployment.replicas):
         layout = now.get(replica)
         if layout is not None and pool[layout] > 0:
             pool[layout] -= 1
-            placed.append((replica, layout, False))
+            placed.append((replica, layout, ReplicaChange.KEPT))
         else:
             free_ids.append(replica)
     rest = list(pool.elements())
     for replica, layout in zip(free_ids, rest, strict=False):
-        placed.append((replica, layout, True))
+        placed.append((replica, layout, ReplicaChange.MOVED if replica in now else ReplicaChange.STARTED))
     unplaced = free_ids[len(rest) :]
     return sorted(placed, key=lambda item: item[0]), unplaced
 
@@ -51,9 +54,11 @@ class _Transition:
         cluster: Cluster,
         current: Sequence[tuple[str, int, Layout, Claims]],
         target: Sequence[tuple[str, int, Layout, Claims]],
+        placed_before: Collection[Key],
     ) -> None:
         self.cluster = cluster
         self.running = {(d, r): claims for d, r, _, claims in current}
+        self.placed_before = {*placed_before, *self.running}
         self.layout_of = {(d, r): layout for d, r, layout, _ in current}
         self.wanted = {(d, r): (layout, claims) for d, r, layout, claims in target}
         self.stops = [key for key in self.running if self._changes(key)]
@@ -68,6 +73,10 @@ class _Transition:
         return not capacity_reasons(self.cluster, *self.running.values(), extra)
 
     def record(self, action: Literal["stop", "start"], key: Key, layout: Layout, downtime: bool = False) -> None:
+        if action == "stop":
+            change = ReplicaChange.MOVED if key in self.wanted else ReplicaChange.STOPPED
+        else:
+            change = ReplicaChange.MOVED if key in self.placed_before else ReplicaChange.STARTED
         self.moves.append(
             Move(
                 step=len(self.moves),
@@ -76,6 +85,7 @@ class _Transition:
                 replica=key[1],
                 worker=layout.main_worker,
                 gpus=gpu_names(layout),
+                change=change,
                 downtime=downtime,
             )
         )
@@ -108,14 +118,18 @@ def order_moves(
     cluster: Cluster,
     current: Sequence[tuple[str, int, Layout, Claims]],
     target: Sequence[tuple[str, int, Layout, Claims]],
+    placed_before: Collection[Key] = (),
 ) -> tuple[Move, ...]:
     """Stops and starts in an order that never exceeds capacity.
+
+    ``current`` lists the replicas that run now; ``placed_before`` also names those whose current
+    placement is gone (lost worker or GPU), whose start is then a move, not a first start.
 
     Starts go first whenever they fit next to what still runs (no downtime); otherwise the replica
     that blocks is stopped first, and the start is marked ``downtime``. Since the final state fits,
     stopping everything that must go always makes room, so no double booking is ever needed.
     """
-    transition = _Transition(cluster, current, target)
+    transition = _Transition(cluster, current, target, placed_before)
     while transition.starts:
         ready = next((key for key in transition.starts if transition.fits(transition.wanted[key][1])), None)
         if ready is None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
-from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, PlacedReplica, UnplacedReplica
+from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, PlacedReplica, ReplicaRef, UnplacedReplica
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
@@ -138,8 +138,8 @@ def _replicas(
         claims_of = dict(options)
         assigned, missing = assign_replicas(deployment, chosen, current_by.get(deployment.name, {}))
         placed += [
-            PlacedReplica(deployment=deployment.name, replica=r, layout=layout, claims=claims_of[layout], moved=moved)
-            for r, layout, moved in assigned
+            PlacedReplica(deployment=deployment.name, replica=r, layout=layout, claims=claims_of[layout], change=change)
+            for r, layout, change in assigned
         ]
         why = _unplaced_reason(deployment, options)
         unplaced += [UnplacedReplica(deployment=deployment.name, replica=r, reasons=(why,)) for r in missing]
@@ -164,7 +164,12 @@ def choose(
     for placement in fleet.current:
         current_by[placement.deployment][placement.replica] = placement.layout
     pins, reasons = _pin_reasons(fleet, profiles, planner_config)
-    current_counts = {name: Counter(layouts.values()) for name, layouts in current_by.items()}
+    # Only replicas the deployment still has can stay where they are.
+    replicas = {d.name: d.replicas for d in deployments}
+    current_counts = {
+        name: Counter(layout for r, layout in layouts.items() if r < replicas[name])
+        for name, layouts in current_by.items()
+    }
     seeded: dict[str, Counter[Layout]] = defaultdict(Counter)
     for name, layout in seed:
         seeded[name][layout] += 1
@@ -179,7 +184,10 @@ def choose(
         for p in fleet.current
         if not reference_reasons(cluster, p.layout)
     ]
-    moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed])
+    before = [(p.deployment, p.replica) for p in fleet.current]
+    moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed], before)
+    kept_or_moved = {(p.deployment, p.replica) for p in placed}
+    stopped = tuple(ReplicaRef(deployment=d, replica=r) for d, r in before if (d, r) not in kept_or_moved)
     stats = EngineStats(
         engine="fleet",
         wall_time_s=time.perf_counter() - started,
@@ -195,6 +203,7 @@ def choose(
         placements=tuple(placed),
         unplaced=tuple(unplaced),
         moves=moves,
+        stopped=stopped,
         reasons=tuple(reasons),
         objective=outcome.values,
         gap=outcome.gap,

@@ -8,7 +8,7 @@ from layerfit.check import unified_workers
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
-from layerfit.domain.fleet import Fleet, PlacedReplica, UnplacedReplica
+from layerfit.domain.fleet import Fleet, PlacedReplica, ReplicaChange, UnplacedReplica
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.memory import claims as compute_claims
@@ -65,7 +65,13 @@ def plan_sequential(
                 continue
             claims = compute_claims(profile, layout, unified)
             placed.append(
-                PlacedReplica(deployment=deployment.name, replica=replica, layout=layout, claims=claims, moved=True)
+                PlacedReplica(
+                    deployment=deployment.name,
+                    replica=replica,
+                    layout=layout,
+                    claims=claims,
+                    change=ReplicaChange.STARTED,
+                )
             )
             cluster = subtract(cluster, claims)
     return placed, unplaced

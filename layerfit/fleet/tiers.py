@@ -1,8 +1,8 @@
 """Solving the master's tiers in order, each fixing the previous optimum.
 
 Priority weight placed (weights chosen so that one replica of a higher priority outweighs every
-replica of all lower ones), layers on GPUs, replicas kept in place (relative to the current
-placement; pinned replicas are fixed), then GPUs and workers used.
+replica of all lower ones), layers on GPUs, replicas moved (only replicas with a current placement
+count; pinned replicas are fixed), then GPUs and workers used.
 """
 
 from __future__ import annotations
@@ -37,23 +37,38 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
 
 @dataclass(frozen=True)
+class Tier:
+    name: str
+    expression: cp_model.LinearExprT
+    maximize: bool
+    simple_bound: int | None
+    """A value no solution can beat (every replica placed, ...), if one is known."""
+
+
+TIER_NAMES = ("priority weight placed", "layers on GPUs", "replicas moved", "GPUs and workers used")
+
+
+def tiers_of(master: Master) -> list[Tier]:
+    placed, layers, moved = master.simple_bounds()
+    return [
+        Tier(TIER_NAMES[0], master.placed, True, placed),
+        Tier(TIER_NAMES[1], master.layers, True, layers),
+        Tier(TIER_NAMES[2], master.moved, False, moved),
+        Tier(TIER_NAMES[3], master.footprint, False, None),
+    ]
+
+
+@dataclass(frozen=True)
 class TierOutcome:
-    """Status, replicas per candidate, tier values, the gap and the first tier not proven."""
+    """Status, replicas per candidate, tier values (maximised: as is; minimised: negated), the
+    master's gap, the first tier not proven, and the master's own bound per tier solved."""
 
     status: Status
     counts: Counts
     values: tuple[int, ...]
     gap: float | None
     gap_tier: str | None
-
-
-def _tiers(master: Master) -> list[tuple[str, cp_model.LinearExprT, bool]]:
-    return [
-        ("priority weight placed", master.placed, True),
-        ("layers on GPUs", master.layers, True),
-        ("replicas kept in place", master.kept, True),
-        ("GPUs and workers used", master.footprint, False),
-    ]
+    master_bounds: tuple[float, ...] = ()
 
 
 def _solver(config: FleetConfig) -> cp_model.CpSolver:
@@ -63,67 +78,99 @@ def _solver(config: FleetConfig) -> cp_model.CpSolver:
     return solver
 
 
-def _hint(master: Master, counts: Counts) -> None:
-    for var, value in zip(master.all_vars(), (n for row in counts for n in row), strict=True):
-        master.model.add_hint(var, value)
+class _Stages:
+    """The tiers solved so far: incumbent, values, status and the first gap."""
+
+    def __init__(self, master: Master, config: FleetConfig) -> None:
+        self.master = master
+        self.config = config
+        self.started = time.perf_counter()
+        self.solver = _solver(config)
+        self.values: list[int] = []
+        self.bounds: list[float] = []
+        self.status = Status.OPTIMAL
+        self.gap: float | None = 0.0
+        self.gap_tier: str | None = None
+        first = greedy(master)
+        self.counts: Counts | None = first if master.satisfies_pins(first) else None
+        self._hint(first)
+
+    def _hint(self, counts: Counts) -> None:
+        self.master.model.clear_hints()  # type: ignore[no-untyped-call]
+        for var, value in zip(self.master.all_vars(), (n for row in counts for n in row), strict=True):
+            self.master.model.add_hint(var, value)
+
+    def fix(self, tier: Tier, value: int) -> None:
+        """Record the tier's value and keep it in the model for the later tiers."""
+        self.values.append(value if tier.maximize else -value)
+        self.bounds.append(float(value))
+        if tier.maximize:
+            self.master.model.add(tier.expression >= value)
+        else:
+            self.master.model.add(tier.expression <= value)
+
+    def _stop(self, tier: Tier) -> None:
+        self.status = Status.FEASIBLE if self.counts is not None else Status.UNKNOWN
+        self.gap, self.gap_tier = None, tier.name
+
+    def reaches_simple_bound(self, position: int, tier: Tier) -> bool:
+        return (
+            self.counts is not None
+            and tier.simple_bound is not None
+            and self.master.tier_values(self.counts)[position] == tier.simple_bound
+        )
+
+    def solve(self, position: int, tier: Tier, n_tiers: int) -> bool:
+        """Solve one tier with its share of the remaining time; whether to go on."""
+        remaining = self.config.time_limit_s - (time.perf_counter() - self.started)
+        if remaining <= 0.05:
+            self._stop(tier)
+            return False
+        share = remaining / (n_tiers - position) if position < n_tiers - 1 else remaining
+        self.solver.parameters.max_time_in_seconds = share if self.counts is not None else remaining * 0.7
+        if tier.maximize:
+            self.master.model.maximize(tier.expression)
+        else:
+            self.master.model.minimize(tier.expression)
+        callback = _Progress(tier.name, self.started) if self.config.progress else None
+        outcome = self.solver.solve(self.master.model, callback)
+        if outcome == cp_model.INFEASIBLE:
+            raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
+        if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            self._stop(tier)
+            return False
+        value = round(self.solver.objective_value)
+        flat = iter([self.solver.value(var) for var in self.master.all_vars()])
+        self.counts = [[next(flat) for _ in row] for row in self.master.x]
+        if outcome == cp_model.FEASIBLE and self.status is Status.OPTIMAL:
+            # The first tier not proven optimal decides the status and the reported gap; later
+            # tiers still improve the solution with this tier's value fixed.
+            self.status = Status.FEASIBLE
+            self.gap = abs(self.solver.best_objective_bound - value) / max(1.0, abs(value))
+            self.gap_tier = tier.name
+        self._hint(self.counts)
+        self.fix(tier, value)
+        self.bounds[-1] = self.solver.best_objective_bound
+        return True
 
 
 def solve_tiers(master: Master, config: FleetConfig) -> TierOutcome:
     """Solve the tiers in order.
 
-    The greedy start is the incumbent. A maximised tier whose incumbent already reaches a simple
-    upper bound (every replica placed, every layer on a GPU, every replica kept) is proven without
-    a solve; otherwise CP-SAT gets its share of the remaining time, hinted with the incumbent.
-    The first tier not proven optimal decides the status and the reported gap; later tiers still
-    improve the solution with that tier's value fixed.
+    The greedy start is the incumbent. A tier whose incumbent already reaches its simple bound
+    (every replica placed, every layer on a GPU, no replica moved) is proven without a solve;
+    otherwise CP-SAT gets its share of the remaining time, hinted with the incumbent.
     """
-    started = time.perf_counter()
-    tiers = _tiers(master)
-    bounds = master.upper_bounds()
-    solver = _solver(config)
-    values: list[int] = []
-    status = Status.OPTIMAL
-    gap: float | None = 0.0
-    gap_tier: str | None = None
-    first = greedy(master)
-    counts: Counts | None = first if master.satisfies_pins(first) else None
-    _hint(master, first)
-    for position, (name, expression, maximize) in enumerate(tiers):
-        if counts is not None and position < len(bounds) and master.tier_values(counts)[position] == bounds[position]:
-            values.append(bounds[position])
-            master.model.add(expression >= bounds[position])
-            continue
-        remaining = config.time_limit_s - (time.perf_counter() - started)
-        if remaining <= 0.05:
-            status = Status.FEASIBLE if counts is not None else Status.UNKNOWN
-            gap, gap_tier = None, name
+    stages = _Stages(master, config)
+    tiers = tiers_of(master)
+    for position, tier in enumerate(tiers):
+        if stages.reaches_simple_bound(position, tier):
+            assert tier.simple_bound is not None
+            stages.fix(tier, tier.simple_bound)
+        elif not stages.solve(position, tier, len(tiers)):
             break
-        share = remaining / (len(tiers) - position) if position < len(tiers) - 1 else remaining
-        solver.parameters.max_time_in_seconds = share if counts is not None else remaining * 0.7
-        if maximize:
-            master.model.maximize(expression)
-        else:
-            master.model.minimize(expression)
-        outcome = solver.solve(master.model, _Progress(name, started) if config.progress else None)
-        if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if outcome == cp_model.INFEASIBLE:
-                raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
-            status = Status.FEASIBLE if counts is not None else Status.UNKNOWN
-            gap, gap_tier = None, name
-            break
-        value = round(solver.objective_value)
-        values.append(value if maximize else -value)
-        flat = iter([solver.value(var) for var in master.all_vars()])
-        counts = [[next(flat) for _ in row] for row in master.x]
-        if outcome == cp_model.FEASIBLE and status is Status.OPTIMAL:
-            status = Status.FEASIBLE
-            gap, gap_tier = abs(solver.best_objective_bound - value) / max(1.0, abs(value)), name
-        master.model.clear_hints()  # type: ignore[no-untyped-call]
-        _hint(master, counts)
-        if maximize:
-            master.model.add(expression >= value)
-        else:
-            master.model.add(expression <= value)
-    if counts is None:
-        return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None, gap_tier)
-    return TierOutcome(status, counts, tuple(values), gap, gap_tier)
+    if stages.counts is None:
+        return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None, stages.gap_tier)
+    return TierOutcome(
+        stages.status, stages.counts, tuple(stages.values), stages.gap, stages.gap_tier, tuple(stages.bounds)
+    )
