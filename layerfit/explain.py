@@ -99,7 +99,9 @@ def ctx_relaxation(
     profile_at: Callable[[int], MemoryProfile],
 ) -> Relaxation | None:
     """The largest context size (a multiple of 256) that fits, found by bisection."""
-    ctx = deployment.params.effective_ctx_size
+    from layerfit.estimators.estimate import deployment_ctx_size
+
+    ctx = deployment_ctx_size(deployment)
     low, high = _MIN_CTX, ctx - _MIN_CTX
     best: tuple[int, int] | None = None
     while low <= high:

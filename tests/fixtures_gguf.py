@@ -205,6 +205,8 @@ def interpret(run: Run, n_blocks: int) -> Interpretation:
             passed.append("--no-mmap")
         elif token == "--fit-target":
             tokens.pop(0)
+        elif token == "--no-op-offload" and run.ngl == 0:
+            pass  # layerfit's CPU-only layout runs with --device none: no GPU for ops to go to
         else:
             passed.append(token)
     params = LlamaParams.from_args(passed)

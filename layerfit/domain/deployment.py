@@ -58,6 +58,10 @@ class Deployment(Frozen):
     def _consistent(self) -> Self:
         if (self.gguf_path is None) == (self.profile is None):
             raise InputError(f"deployment[{self.name}]", "give exactly one of gguf_path or profile")
+        if self.profile is not None and self.params.uses_training_ctx:
+            raise InputError(
+                f"deployment[{self.name}].params.ctx_size", "0 (the training context) needs gguf_path, not a profile"
+            )
         if self.gpu_selection is not None:
             if not self.gpu_selection:
                 raise InputError(f"deployment[{self.name}].gpu_selection", "empty selection; omit it instead")

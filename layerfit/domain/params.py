@@ -1,19 +1,24 @@
 """llama.cpp parameters, parsed from a backend-parameter list the way GPUStack passes them.
 
 Accepted forms per item: ``--ctx-size 8192`` (one string), ``-c=8192``, or a flag followed by its
-value as the next item. Unknown flags are kept in ``extra`` and passed through to ``llama-server``;
-flags that would contradict the placement layerfit computes are rejected.
+value as the next item. Every flag is looked up in llama-server's option table
+(``layerfit.domain.flag_table``): modelled flags become fields, flags without effect on memory are
+kept in ``extra`` and passed through, and everything else is refused with a reason: an unknown flag
+(with the nearest known one), a flag that changes memory in a way layerfit does not model, or one
+whose value layerfit computes itself.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from layerfit.domain.base import Frozen, PosInt
+from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.domain.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
 from layerfit.errors import InputError
 
 DEFAULT_CTX_SIZE = 8192
@@ -22,95 +27,94 @@ DEFAULT_CTX_SIZE = 8192
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 FlashAttn = Literal["on", "off", "auto"]
 
-# Flags whose value layerfit computes itself; a user value would silently fight the layout.
-_RESERVED_FLAGS = {
-    "--rpc": "layerfit chooses the RPC servers",
-    "--device": "layerfit chooses the devices",
-    "-dev": "layerfit chooses the devices",
-    "--split-mode": "only layer split is modelled",
-    "-sm": "only layer split is modelled",
-    "--main-gpu": "layerfit chooses the main GPU",
-    "-mg": "layerfit chooses the main GPU",
-    "--fit": "layerfit's placement replaces llama.cpp's --fit",
-    "-fit": "layerfit's placement replaces llama.cpp's --fit",
-    "--model": "the model file is given separately",
-    "-m": "the model file is given separately",
-}
+ALL_LAYERS = 2**31 - 1
+"""``-ngl all``: every layer on GPUs (any count above the model's layers means the same)."""
 
-_ALIASES = {
-    "-c": "ctx_size",
-    "--ctx-size": "ctx_size",
-    "-ngl": "n_gpu_layers",
-    "--n-gpu-layers": "n_gpu_layers",
-    "--gpu-layers": "n_gpu_layers",
-    "-ts": "tensor_split",
-    "--tensor-split": "tensor_split",
-    "-np": "parallel",
-    "--parallel": "parallel",
-    "-ctk": "cache_type_k",
-    "--cache-type-k": "cache_type_k",
-    "-ctv": "cache_type_v",
-    "--cache-type-v": "cache_type_v",
-    "-fa": "flash_attn",
-    "--flash-attn": "flash_attn",
-    "--no-mmap": "no_mmap",
-    "--mmap": "mmap",
-    "-ub": "ubatch_size",
-    "--ubatch-size": "ubatch_size",
-    "-b": "batch_size",
-    "--batch-size": "batch_size",
-    "--mmproj": "mmproj",
-    "-mm": "mmproj",
-}
-
-_VALUELESS = {"no_mmap", "mmap"}
-_OPTIONAL_VALUE = {"flash_attn"}  # `--flash-attn` alone (older builds) or `--flash-attn on|off|auto`
+LoadMode = Literal["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"]
+_UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")
+_TRUTHY = ("on", "enabled", "true", "1")
+_FALSEY = ("off", "disabled", "false", "0")
+_AUTOY = ("auto", "-1")
 
 
 class LlamaParams(Frozen):
     """The llama.cpp options that change memory or placement. ``None`` means llama.cpp's default."""
 
-    ctx_size: PosInt | None = None
+    ctx_size: NonNegInt | None = None
+    """``-c``; ``None`` is GPUStack's default (8192), 0 is the model's training context (as in llama.cpp)."""
     n_gpu_layers: int | None = Field(default=None, ge=0)
     tensor_split: tuple[float, ...] | None = None
     parallel: PosInt | None = None
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: FlashAttn = "auto"
-    mmap: bool = True
+    load_mode: LoadMode | None = None
+    """``-lm``; ``None`` is llama.cpp's ``auto`` (memory-mapped where the devices allow it)."""
     batch_size: PosInt | None = None
     ubatch_size: PosInt | None = None
     mmproj: str | None = None
     extra: tuple[str, ...] = ()
-    """Flags layerfit does not model, passed through to ``llama-server`` unchanged."""
+    """Flags without effect on the memory layerfit plans, passed through to ``llama-server`` unchanged."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mmap_switch(cls, data: Any) -> Any:
+        """``mmap: false`` (older files and callers) is ``load_mode: none``."""
+        if isinstance(data, dict) and "mmap" in data:
+            data = dict(data)
+            mmap = data.pop("mmap")
+            if not isinstance(mmap, bool):
+                raise InputError("mmap", f"expected true or false, got {mmap!r}")
+            if "load_mode" in data:
+                raise InputError("mmap", "give either mmap or load_mode, not both")
+            data["load_mode"] = None if mmap else "none"
+        return data
 
     @model_validator(mode="after")
     def _valid(self) -> Self:
         for name in ("cache_type_k", "cache_type_v"):
-            value = getattr(self, name)
-            if value not in CACHE_TYPES:
-                raise InputError(name, f"unknown cache type {value!r}; known: {', '.join(CACHE_TYPES)}")
+            _check_cache_type(name, getattr(self, name))
         if self.tensor_split is not None:
-            if not self.tensor_split:
-                raise InputError("tensor_split", "empty")
-            if any(part < 0 for part in self.tensor_split):
-                raise InputError("tensor_split", f"negative share in {self.tensor_split}")
-            if sum(self.tensor_split) <= 0:
-                raise InputError("tensor_split", "all shares are zero")
+            _check_shares("tensor_split", self.tensor_split)
         return self
 
     @property
+    def mmap(self) -> bool:
+        """Whether llama.cpp memory-maps the model file."""
+        return self.load_mode not in _UNMAPPED_LOAD_MODES
+
+    @property
+    def uses_training_ctx(self) -> bool:
+        """``-c 0``: the context size is the model's training context."""
+        return self.ctx_size == 0
+
+    def ctx_for(self, training_ctx: int) -> int:
+        """The context size llama.cpp runs with for a model trained on ``training_ctx`` tokens."""
+        if self.ctx_size is None:
+            return DEFAULT_CTX_SIZE
+        return self.ctx_size or training_ctx
+
+    @property
     def effective_ctx_size(self) -> int:
-        return self.ctx_size if self.ctx_size is not None else DEFAULT_CTX_SIZE
+        """The context size; with ``-c 0`` it depends on the model, so ask ``ctx_for`` instead."""
+        if self.uses_training_ctx:
+            raise InputError("ctx_size", "0 means the model's training context, which only the GGUF file knows")
+        return self.ctx_for(0)
 
     @classmethod
     def from_args(cls, args: Sequence[str]) -> LlamaParams:
         """Parse a GPUStack backend-parameter list; ``InputError`` names the offending flag."""
-        return cls(**_parse_args(args))
+        fields, flags = _parse_args(args)
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else "backend_parameters"
+            raise InputError(flags.get(name, name), str(first["msg"])) from None
 
     def to_args(self) -> tuple[str, ...]:
         """The memory-relevant flags as llama-server arguments (placement flags excluded)."""
-        out: list[str] = ["-c", str(self.effective_ctx_size)]
+        out: list[str] = ["-c", str(self.ctx_size if self.ctx_size is not None else DEFAULT_CTX_SIZE)]
         if self.parallel is not None:
             out += ["-np", str(self.parallel)]
         if self.cache_type_k != "f16":
@@ -119,8 +123,8 @@ class LlamaParams(Frozen):
             out += ["-ctv", self.cache_type_v]
         if self.flash_attn != "auto":
             out += ["-fa", self.flash_attn]
-        if not self.mmap:
-            out.append("--no-mmap")
+        if self.load_mode is not None:
+            out += ["-lm", self.load_mode]
         if self.batch_size is not None:
             out += ["-b", str(self.batch_size)]
         if self.ubatch_size is not None:
@@ -128,6 +132,21 @@ class LlamaParams(Frozen):
         if self.mmproj is not None:
             out += ["--mmproj", self.mmproj]
         return (*out, *self.extra)
+
+
+def _check_cache_type(flag: str, value: str) -> None:
+    if value not in CACHE_TYPES:
+        raise InputError(flag, f"unknown cache type {value!r}; known: {', '.join(CACHE_TYPES)}")
+
+
+def _check_shares(flag: str, shares: tuple[float, ...]) -> None:
+    if not shares:
+        raise InputError(flag, "empty")
+    bad = [share for share in shares if not math.isfinite(share) or share < 0]
+    if bad:
+        raise InputError(flag, f"shares must be finite and >= 0, got {bad[0]} in {shares}")
+    if sum(shares) <= 0:
+        raise InputError(flag, "all shares are zero")
 
 
 def _split_items(args: Sequence[str]) -> list[str]:
@@ -143,11 +162,39 @@ def _split_items(args: Sequence[str]) -> list[str]:
     return tokens
 
 
-def _int_value(flag: str, text: str) -> int:
+def _int_value(flag: str, text: str, lowest: int) -> int:
+    if len(text) > 20:
+        raise InputError(flag, f"expected an integer, got {text[:20]!r}...")
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise InputError(flag, f"expected an integer, got {text!r}") from None
+    if not lowest <= value <= 2**31 - 1:
+        raise InputError(flag, f"must be between {lowest} and {2**31 - 1}, got {value}")
+    return value
+
+
+def _ctx_value(flag: str, text: str) -> int:
+    return _int_value(flag, text, 0)
+
+
+def _positive_value(flag: str, text: str) -> int:
+    return _int_value(flag, text, 1)
+
+
+def _parallel_value(flag: str, text: str) -> int | None:
+    value = _int_value(flag, text, -1)
+    if value == 0:
+        raise InputError(flag, "must be at least 1 (or -1 for automatic), got 0")
+    return None if value == -1 else value
+
+
+def _gpu_layers_value(flag: str, text: str) -> int | None:
+    if text == "auto":
+        return None
+    if text == "all":
+        return ALL_LAYERS
+    return _int_value(flag, text, 0)
 
 
 def _tensor_split_value(flag: str, text: str) -> tuple[float, ...]:
@@ -155,71 +202,100 @@ def _tensor_split_value(flag: str, text: str) -> tuple[float, ...]:
     if any(part.strip() == "" for part in parts):
         raise InputError(flag, f"empty entry in {text!r}")
     try:
-        return tuple(float(part) for part in parts)
+        shares = tuple(float(part) for part in parts)
     except ValueError:
         raise InputError(flag, f"expected comma-separated numbers, got {text!r}") from None
+    _check_shares(flag, shares)
+    return shares
 
 
-def _flash_attn_value(flag: str, text: str | None) -> FlashAttn:
-    if text is None:
+def _cache_type_value(flag: str, text: str) -> str:
+    _check_cache_type(flag, text)
+    return text
+
+
+def _flash_attn_value(flag: str, text: str) -> FlashAttn:
+    if text in _TRUTHY:
         return "on"
-    if text in ("on", "off", "auto"):
-        return text  # type: ignore[return-value]
-    if text in ("1", "true"):
-        return "on"
-    if text in ("0", "false"):
+    if text in _FALSEY:
         return "off"
+    if text in _AUTOY:
+        return "auto"
     raise InputError(flag, f"expected on, off or auto, got {text!r}")
 
 
+def _load_mode_value(flag: str, text: str) -> LoadMode:
+    if text not in get_args(LoadMode):
+        raise InputError(flag, f"expected one of {', '.join(get_args(LoadMode))}, got {text!r}")
+    return text  # type: ignore[return-value]
+
+
 _CONVERTERS: dict[str, Callable[[str, str], Any]] = {
-    "ctx_size": _int_value,
-    "n_gpu_layers": _int_value,
-    "parallel": _int_value,
-    "batch_size": _int_value,
-    "ubatch_size": _int_value,
+    "ctx_size": _ctx_value,
+    "n_gpu_layers": _gpu_layers_value,
+    "parallel": _parallel_value,
+    "batch_size": _positive_value,
+    "ubatch_size": _positive_value,
     "tensor_split": _tensor_split_value,
-    "cache_type_k": lambda flag, text: text,
-    "cache_type_v": lambda flag, text: text,
+    "cache_type_k": _cache_type_value,
+    "cache_type_v": _cache_type_value,
+    "flash_attn": _flash_attn_value,
+    "load_mode": _load_mode_value,
     "mmproj": lambda flag, text: text,
 }
+"""One converter per ``LlamaParams`` field that a ``MODELLED`` row of the flag table names."""
+
+_FLASH_ATTN_VALUES = frozenset((*_TRUTHY, *_FALSEY, *_AUTOY))
 
 
-def _parse_args(args: Sequence[str]) -> dict[str, Any]:
+def _take_values(flag: Flag, name: str, attached: str | None, tokens: list[str], i: int) -> tuple[list[str], int]:
+    """The values that follow ``name`` at ``tokens[i]``, and the index after them."""
+    if flag.arity == 0:
+        if attached is not None:
+            raise InputError(name, "takes no value")
+        return [], i + 1
+    values = [] if attached is None else [attached]
+    i += 1
+    if flag.field == "flash_attn" and attached is None and (i >= len(tokens) or tokens[i] not in _FLASH_ATTN_VALUES):
+        return ["on"], i  # a bare --flash-attn (older builds) turns it on
+    while len(values) < flag.arity:
+        if i >= len(tokens):
+            raise InputError(name, "missing value")
+        values.append(tokens[i])
+        i += 1
+    return values, i
+
+
+def _parse_args(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``LlamaParams`` fields these arguments set, and the flag that set each field."""
     tokens = _split_items(args)
     fields: dict[str, Any] = {}
+    flags: dict[str, str] = {}
     extra: list[str] = []
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        flag, eq, attached = token.partition("=")
-        if flag in _RESERVED_FLAGS:
-            raise InputError(flag, f"cannot be set by the user: {_RESERVED_FLAGS[flag]}")
-        name = _ALIASES.get(flag)
-        if name is None:
-            extra.append(token)
-            i += 1
-            continue
-        if name in fields or (name in ("mmap", "no_mmap") and "mmap" in fields):
-            raise InputError(flag, "given more than once")
-        if name in _VALUELESS:
+        if not token.startswith("-") or token == "-":
+            raise InputError(token, "a value without a flag before it")
+        name, eq, attached_text = token.partition("=")
+        attached = attached_text if eq else None
+        if name in LEGACY_FLAGS:
             if eq:
-                raise InputError(flag, "takes no value")
-            fields["mmap"] = name == "mmap"
-            i += 1
+                raise InputError(name, "takes no value")
+            name, attached = LEGACY_FLAGS[name]
+        flag = lookup(name)
+        if flag is None:
+            raise unknown_flag(name)
+        problem = refusal(name, flag)
+        if problem is not None:
+            raise problem
+        values, i = _take_values(flag, name, attached, tokens, i)
+        if flag.field is None:
+            extra += [normalise(name), *values]
             continue
-        value: str | None = attached if eq else None
-        if value is None and i + 1 < len(tokens) and (name not in _OPTIONAL_VALUE or not tokens[i + 1].startswith("-")):
-            value = tokens[i + 1]
-            i += 1
-        i += 1
-        if name == "flash_attn":
-            fields[name] = _flash_attn_value(flag, value)
-            continue
-        if value is None:
-            raise InputError(flag, "missing value")
-        fields[name] = _CONVERTERS[name](flag, value)
-        if name == "n_gpu_layers" and fields[name] < 0:
-            raise InputError(flag, f"must be >= 0, got {fields[name]}")
+        if flag.field in fields:
+            raise InputError(name, "given more than once")
+        fields[flag.field] = _CONVERTERS[flag.field](name, values[0])
+        flags[flag.field] = name
     fields["extra"] = tuple(extra)
-    return fields
+    return fields, flags

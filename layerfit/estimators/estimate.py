@@ -87,7 +87,11 @@ def resolve_settings(
 ) -> tuple[Settings, tuple[str, ...]]:
     """llama.cpp's effective settings for these options, and what could not be honoured exactly."""
     warnings: list[str] = []
-    ctx = params.effective_ctx_size
+    if params.uses_training_ctx and not shape.context_length:
+        raise EstimationError(
+            shape.path, Keys.LLM.CONTEXT_LENGTH.format(arch=shape.architecture), "-c 0 needs the training context"
+        )
+    ctx = params.ctx_for(shape.context_length or 0)
     if shape.context_length and ctx > shape.context_length:
         warnings.append(f"ctx {ctx} exceeds the trained context {shape.context_length}")
     embedding = kind in (ModelKind.EMBEDDING, ModelKind.RERANKER) or not shape.causal
@@ -213,6 +217,14 @@ def _projector(params: LlamaParams, flash_attn: bool) -> tuple[int, tuple[str, .
 def _meta_int(meta: Mapping[str, MetaValue], key: str) -> int:
     value = meta.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def deployment_ctx_size(deployment: Deployment) -> int:
+    """The context size the deployment runs with; ``-c 0`` reads the training context from its GGUF file."""
+    if not deployment.params.uses_training_ctx or deployment.gguf_path is None:
+        return deployment.params.effective_ctx_size
+    shape = read_gguf(deployment.gguf_path)
+    return resolve_settings(shape, deployment.params, deployment.kind, DEFAULT_RUNTIME)[0].ctx
 
 
 def profile_for(deployment: Deployment, runtime: RuntimeCosts = DEFAULT_RUNTIME) -> MemoryProfile:

@@ -1,0 +1,81 @@
+"""Looking up llama-server options in the one table (``flag_table``): known, modelled, or refused."""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from typing import NamedTuple
+
+from layerfit.domain.flag_table import LLAMA_CPP_VERSION, ROWS, Effect
+from layerfit.errors import InputError
+
+__all__ = ["LEGACY_FLAGS", "LLAMA_CPP_VERSION", "Effect", "Flag", "all_flags", "closest_flag", "lookup", "refusal"]
+
+LEGACY_FLAGS: dict[str, tuple[str, str]] = {
+    "--no-mmap": ("--load-mode", "none"),
+    "--mmap": ("--load-mode", "mmap"),
+}
+"""Flags of older llama.cpp builds that layerfit still reads, with the option and value they became."""
+
+
+class Flag(NamedTuple):
+    """One llama-server option: its names, how many values follow it, and its effect on memory."""
+
+    names: tuple[str, ...]
+    arity: int
+    effect: Effect
+    note: str
+
+    @property
+    def name(self) -> str:
+        """The long name when there is one (``--ctx-size``), else the first."""
+        return next((name for name in self.names if name.startswith("--")), self.names[0])
+
+    @property
+    def field(self) -> str | None:
+        """The ``LlamaParams`` field a modelled flag sets."""
+        return self.note if self.effect is Effect.MODELLED else None
+
+
+@cache
+def all_flags() -> tuple[Flag, ...]:
+    """Every row of the table as a ``Flag``."""
+    return tuple(Flag(tuple(names.split()), arity, effect, note) for names, arity, effect, note in ROWS)
+
+
+@cache
+def _by_name() -> dict[str, Flag]:
+    return {name: flag for flag in all_flags() for name in flag.names}
+
+
+def normalise(name: str) -> str:
+    """llama.cpp reads ``--ctx_size`` as ``--ctx-size`` (underscores in long names become dashes)."""
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
+def lookup(name: str) -> Flag | None:
+    """The option called ``name`` (any of its spellings), or ``None`` if llama-server has none."""
+    return _by_name().get(normalise(name))
+
+
+def closest_flag(name: str) -> str | None:
+    """The known option name nearest to a misspelled one (``--ctx-szie`` -> ``--ctx-size``)."""
+    candidates = [*_by_name(), *LEGACY_FLAGS]
+    matches = difflib.get_close_matches(normalise(name), candidates, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unknown_flag(name: str) -> InputError:
+    """The error for a name llama-server does not know, with the nearest known one."""
+    guess = closest_flag(name)
+    hint = f"; did you mean {guess}?" if guess else ""
+    return InputError(name, f"not an option of llama-server ({LLAMA_CPP_VERSION}){hint}")
+
+
+def refusal(name: str, flag: Flag) -> InputError | None:
+    """Why layerfit refuses this flag, or ``None`` when it accepts it."""
+    if flag.effect is Effect.DECIDED:
+        return InputError(name, f"cannot be set by the user: {flag.note}")
+    if flag.effect is Effect.NOT_MODELLED:
+        return InputError(name, f"changes memory in a way layerfit does not model ({flag.note}); remove it")
+    return None

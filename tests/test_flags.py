@@ -1,0 +1,137 @@
+"""llama-server's option table: every flag is known, modelled, or refused with a reason."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from layerfit.cli import EXIT_BAD_INPUT, main
+from layerfit.domain import Deployment, LlamaParams
+from layerfit.domain.flags import Effect, all_flags, closest_flag, lookup
+from layerfit.domain.params import _CONVERTERS, ALL_LAYERS
+from layerfit.errors import InputError
+from layerfit.estimators import estimate_profile, read_gguf
+from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
+from layerfit.gpustack import deployment_from_gpustack
+
+CLUSTER = str(Path(__file__).parent.parent / "examples" / "cluster.yaml")
+
+
+def test_every_name_is_one_option() -> None:
+    names = Counter(name for flag in all_flags() for name in flag.names)
+    assert [name for name, count in names.items() if count > 1] == []
+    assert all(name.startswith("-") and " " not in name for name in names)
+    assert len(all_flags()) > 250  # every llama-server option of the build, not a selection
+
+
+def test_every_modelled_flag_has_a_field_and_a_converter() -> None:
+    modelled = {flag.field for flag in all_flags() if flag.effect is Effect.MODELLED}
+    assert modelled == set(_CONVERTERS)
+    assert modelled <= set(LlamaParams.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("name", "effect"),
+    [
+        ("-c", Effect.MODELLED),
+        ("--ctx_size", Effect.MODELLED),  # llama.cpp reads underscores in long names as dashes
+        ("-ncmoe", Effect.NOT_MODELLED),
+        ("--n-cpu-moe", Effect.NOT_MODELLED),
+        ("-cmoe", Effect.NOT_MODELLED),
+        ("-ot", Effect.NOT_MODELLED),
+        ("--fit-target", Effect.DECIDED),
+        ("--rpc", Effect.DECIDED),
+        ("--threads", Effect.NO_EFFECT),
+        ("--cache-ram", Effect.RUN_TIME),
+        ("-nkvo", Effect.NOT_MODELLED),
+        ("-kvo", Effect.NO_EFFECT),
+    ],
+)
+def test_flag_effects(name: str, effect: Effect) -> None:
+    flag = lookup(name)
+    assert flag is not None and flag.effect is effect
+
+
+def test_closest_flag() -> None:
+    assert closest_flag("--ctx-szie") == "--ctx-size"
+    assert closest_flag("--n-gpu-layer") == "--n-gpu-layers"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ctx-szie 4096"], "--ctx-szie: not an option of llama-server .*did you mean --ctx-size"),
+        (["-ncmoe 24"], "-ncmoe: changes memory in a way layerfit does not model"),
+        (["--n-cpu-moe", "24"], "--n-cpu-moe: changes memory in a way layerfit does not model"),
+        (["--cpu-moe"], "--cpu-moe: changes memory in a way layerfit does not model"),
+        (["-ot", "exps=CPU"], "-ot: changes memory in a way layerfit does not model"),
+        (["--fit-target 1024"], "--fit-target: cannot be set by the user"),
+        (["-ts nan,1"], "-ts: shares must be finite"),
+        (["-ts inf"], "-ts: shares must be finite"),
+        (["-ts 1e400,1"], "-ts: shares must be finite"),
+        (["-ts -1,2"], "-ts: shares must be finite and >= 0"),
+        (["-np 0"], "-np: must be at least 1"),
+        (["-ub 0"], "-ub: must be between 1"),
+        (["-c -1"], "-c: must be between 0"),
+        (["-c", "9" * 400], "-c: expected an integer"),
+        (["-ctk q9_9"], "-ctk: unknown cache type 'q9_9'"),
+        (["-lm", "fast"], "-lm: expected one of"),
+        (["8192"], "8192: a value without a flag"),
+        (["--threads"], "--threads: missing value"),
+        (["--jinja=1"], "--jinja: takes no value"),
+    ],
+)
+def test_refused_flags_name_the_flag(args: list[str], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        LlamaParams.from_args(args)
+
+
+def test_values_as_llama_cpp_reads_them() -> None:
+    params = LlamaParams.from_args(["-c 0", "-np -1", "-ngl all", "-fa 1", "-lm dio"])
+    assert params.ctx_size == 0 and params.uses_training_ctx
+    assert params.parallel is None  # -1: automatic
+    assert params.n_gpu_layers == ALL_LAYERS and params.flash_attn == "on" and not params.mmap
+    assert LlamaParams.from_args(["-ngl auto"]).n_gpu_layers is None
+    assert params.ctx_for(40960) == 40960 and LlamaParams().ctx_for(40960) == 8192
+
+
+def test_pass_through_flags_are_printed_as_llama_server_reads_them() -> None:
+    params = LlamaParams.from_args(["--threads=8", "--jinja", "--no-mmap"])
+    assert params.extra == ("--threads", "8", "--jinja")
+    assert "-lm" in params.to_args() and "--no-mmap" not in params.to_args()
+
+
+def test_training_context_from_the_file(tmp_path: Path) -> None:
+    (path,) = write_gguf(tmp_path / "llama1b.gguf", REAL_MODELS["llama-3.2-1b"])
+    shape = read_gguf(str(path))
+    at_zero = estimate_profile(shape, LlamaParams.from_args(["-c 0"]))
+    at_training = estimate_profile(shape, LlamaParams(ctx_size=shape.context_length))
+    assert shape.context_length and at_zero.block_kv_bytes == at_training.block_kv_bytes
+    with pytest.raises(ValidationError, match="training context"):
+        Deployment(name="m", profile=at_zero, params=LlamaParams(ctx_size=0))
+
+
+def test_gpustack_adapter_uses_the_table() -> None:
+    model = {"name": "m", "backend_parameters": ["--n-cpu-moe 24"]}
+    with pytest.raises(InputError, match="--n-cpu-moe: changes memory"):
+        deployment_from_gpustack(model, gguf_path="m.gguf")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--deploymnet", "d.yaml"], "--deploymnet: unknown option of layerfit plan .*did you mean --deployment?"),
+        (["--model", "m.gguf", "--polcy", "spread"], "--polcy: unknown option .*did you mean --policy?"),
+        (["--model", "m.gguf", "--ctx-szie", "4096"], "did you mean --ctx-size?"),
+        (["--model", "m.gguf", "-ncmoe", "24"], "-ncmoe: changes memory in a way layerfit does not model"),
+    ],
+)
+def test_cli_names_the_unknown_option(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code = main(["plan", "--cluster", CLUSTER, *argv])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT
+    assert re.search(message, err), err
