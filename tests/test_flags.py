@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from layerfit.cli import EXIT_BAD_INPUT, main
 from layerfit.domain import Deployment, LlamaParams
 from layerfit.domain.flags import Effect, all_flags, closest_flag, lookup
-from layerfit.domain.params import _CONVERTERS, ALL_LAYERS
+from layerfit.domain.params import _CONVERTERS, ALL_LAYERS, EXPERT_FLAGS
 from layerfit.errors import InputError
 from layerfit.estimators import estimate_profile, read_gguf
 from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
@@ -29,7 +29,7 @@ def test_every_name_is_one_option() -> None:
 
 
 def test_every_modelled_flag_has_a_field_and_a_converter() -> None:
-    modelled = {flag.field for flag in all_flags() if flag.effect is Effect.MODELLED}
+    modelled = {flag.field for flag in all_flags() if flag.effect is Effect.MODELLED} - {EXPERT_FLAGS}
     assert modelled == set(_CONVERTERS)
     assert modelled <= set(LlamaParams.model_fields)
 
@@ -39,10 +39,12 @@ def test_every_modelled_flag_has_a_field_and_a_converter() -> None:
     [
         ("-c", Effect.MODELLED),
         ("--ctx_size", Effect.MODELLED),  # llama.cpp reads underscores in long names as dashes
-        ("-ncmoe", Effect.NOT_MODELLED),
-        ("--n-cpu-moe", Effect.NOT_MODELLED),
-        ("-cmoe", Effect.NOT_MODELLED),
-        ("-ot", Effect.NOT_MODELLED),
+        ("-ncmoe", Effect.MODELLED),
+        ("--n-cpu-moe", Effect.MODELLED),
+        ("-cmoe", Effect.MODELLED),
+        ("-ot", Effect.MODELLED),
+        ("-ncmoed", Effect.NOT_MODELLED),
+        ("--swa-full", Effect.NOT_MODELLED),
         ("--fit-target", Effect.DECIDED),
         ("--rpc", Effect.DECIDED),
         ("--threads", Effect.NO_EFFECT),
@@ -65,10 +67,10 @@ def test_closest_flag() -> None:
     ("args", "message"),
     [
         (["--ctx-szie 4096"], "--ctx-szie: not an option of llama-server .*did you mean --ctx-size"),
-        (["-ncmoe 24"], "-ncmoe: changes memory in a way layerfit does not model"),
-        (["--n-cpu-moe", "24"], "--n-cpu-moe: changes memory in a way layerfit does not model"),
-        (["--cpu-moe"], "--cpu-moe: changes memory in a way layerfit does not model"),
-        (["-ot", "exps=CPU"], "-ot: changes memory in a way layerfit does not model"),
+        (["-nkvo"], "-nkvo: changes memory in a way layerfit does not model"),
+        (["--swa-full"], "--swa-full: changes memory in a way layerfit does not model"),
+        (["--lora", "a.gguf"], "--lora: changes memory in a way layerfit does not model"),
+        (["-ncmoed", "4"], "-ncmoed: changes memory in a way layerfit does not model"),
         (["--fit-target 1024"], "--fit-target: cannot be set by the user"),
         (["-ts nan,1"], "-ts: shares must be finite"),
         (["-ts inf"], "-ts: shares must be finite"),
@@ -99,6 +101,12 @@ def test_values_as_llama_cpp_reads_them() -> None:
     assert params.ctx_for(40960) == 40960 and LlamaParams().ctx_for(40960) == 8192
 
 
+def test_expert_flags_stay_in_order_for_their_reader() -> None:
+    params = LlamaParams.from_args(["--threads 4", "--n-cpu-moe=2", "-ot", r"blk\.1\..*=CPU"])
+    assert params.extra == ("--threads", "4", "--n-cpu-moe", "2", "-ot", r"blk\.1\..*=CPU")
+    assert LlamaParams.from_args([r"-ot blk\.1\..*=CPU"]).extra == ("-ot", r"blk\.1\..*=CPU")  # no shell escapes
+
+
 def test_pass_through_flags_are_printed_as_llama_server_reads_them() -> None:
     params = LlamaParams.from_args(["--threads=8", "--jinja", "--no-mmap"])
     assert params.extra == ("--threads", "8", "--jinja")
@@ -116,8 +124,8 @@ def test_training_context_from_the_file(tmp_path: Path) -> None:
 
 
 def test_gpustack_adapter_uses_the_table() -> None:
-    model = {"name": "m", "backend_parameters": ["--n-cpu-moe 24"]}
-    with pytest.raises(InputError, match="--n-cpu-moe: changes memory"):
+    model = {"name": "m", "backend_parameters": ["--no-kv-offload"]}
+    with pytest.raises(InputError, match="--no-kv-offload: changes memory"):
         deployment_from_gpustack(model, gguf_path="m.gguf")
 
 
@@ -127,7 +135,7 @@ def test_gpustack_adapter_uses_the_table() -> None:
         (["--deploymnet", "d.yaml"], "--deploymnet: unknown option of layerfit plan .*did you mean --deployment?"),
         (["--model", "m.gguf", "--polcy", "spread"], "--polcy: unknown option .*did you mean --policy?"),
         (["--model", "m.gguf", "--ctx-szie", "4096"], "did you mean --ctx-size?"),
-        (["--model", "m.gguf", "-ncmoe", "24"], "-ncmoe: changes memory in a way layerfit does not model"),
+        (["--model", "m.gguf", "-nkvo"], "-nkvo: changes memory in a way layerfit does not model"),
     ],
 )
 def test_cli_names_the_unknown_option(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:

@@ -6,7 +6,8 @@ the server), their names (first the positive names; a ``--no-...`` form is its o
 values each takes. The effect column is layerfit's judgement of the memory consequence.
 
 Row: (space-separated names, number of values, effect, note). For a ``MODELLED`` row the note is
-the ``LlamaParams`` field the value goes to; for the others it says what the flag changes or why
+the ``LlamaParams`` field the value goes to (``expert_flags``: kept in ``extra``, in order, for
+``layerfit.domain.expert_flags`` to read); for the others it says what the flag changes or why
 layerfit refuses it. The effect column is the one switch: to model a flag, set it to ``MODELLED``,
 name the field, and give ``LlamaParams`` the field and a converter (``layerfit.domain.params``).
 """
@@ -161,9 +162,9 @@ ROWS: Final[tuple[tuple[str, int, Effect, str], ...]] = (
     ("--numa", 1, NO_EFFECT, ""),
     ("-dev --device", 1, DECIDED, "layerfit chooses the devices"),
     ("--list-devices", 0, NO_EFFECT, ""),
-    ("-ot --override-tensor", 1, NOT_MODELLED, "moves tensors to other buffers"),
-    ("-cmoe --cpu-moe", 0, NOT_MODELLED, "keeps expert weights in host memory"),
-    ("-ncmoe --n-cpu-moe", 1, NOT_MODELLED, "keeps the expert weights of N layers in host memory"),
+    ("-ot --override-tensor", 1, MODELLED, "expert_flags"),
+    ("-cmoe --cpu-moe", 0, MODELLED, "expert_flags"),
+    ("-ncmoe --n-cpu-moe", 1, MODELLED, "expert_flags"),
     ("-ncffn --n-cpu-ffn", 1, NOT_MODELLED, "keeps the FFN weights of N layers in host memory"),
     ("-ngl --gpu-layers --n-gpu-layers", 1, MODELLED, "n_gpu_layers"),
     ("-sm --split-mode", 1, DECIDED, "only layer split is modelled"),

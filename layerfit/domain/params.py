@@ -27,6 +27,10 @@ DEFAULT_CTX_SIZE = 8192
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 FlashAttn = Literal["on", "off", "auto"]
 
+EXPERT_FLAGS = "expert_flags"
+"""The note of the modelled tensor-override flags (-ot, -cmoe, -ncmoe): they stay in ``extra``, in
+command-line order, and ``layerfit.domain.expert_flags`` reads them from there."""
+
 ALL_LAYERS = 2**31 - 1
 """``-ngl all``: every layer on GPUs (any count above the model's layers means the same)."""
 
@@ -155,8 +159,11 @@ def _split_items(args: Sequence[str]) -> list[str]:
     for item in args:
         if not isinstance(item, str):
             raise InputError("backend_parameters", f"expected strings, got {item!r}")
+        lexer = shlex.shlex(item, posix=True)
+        lexer.whitespace_split = True
+        lexer.escape = ""  # a backslash is part of the value (-ot blk\.1\..*=CPU), as a shell would see it quoted
         try:
-            tokens.extend(shlex.split(item))
+            tokens.extend(lexer)
         except ValueError as exc:
             raise InputError("backend_parameters", f"cannot split {item!r}: {exc}") from None
     return tokens
@@ -290,7 +297,7 @@ def _parse_args(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
         if problem is not None:
             raise problem
         values, i = _take_values(flag, name, attached, tokens, i)
-        if flag.field is None:
+        if flag.field is None or flag.field == EXPERT_FLAGS:
             extra += [normalise(name), *values]
             continue
         if flag.field in fields:
