@@ -24,6 +24,7 @@ _BACKEND_NAMES = {
     "dcu": "ROCm",
     "musa": "MUSA",
     "metal": "MTL",
+    "mps": "MTL",
     "vulkan": "Vulkan",
     "sycl": "SYCL",
     "cann": "CANN",

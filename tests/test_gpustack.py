@@ -1,7 +1,11 @@
-"""The GPUStack adapter on hand-written GPUStack-shaped fixtures (dicts and attribute objects)."""
+"""The GPUStack adapter on GPUStack-shaped dicts and attribute objects (no ``gpustack`` needed).
+
+Allocatable resources are worked out by hand from tests/fixtures/gpustack_instances.json.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -9,20 +13,31 @@ from typing import Any
 
 import pytest
 
-from layerfit.domain import GiB, MemoryProfile, ModelKind
+from layerfit.domain import DeviceAssignment, GiB, MemoryProfile, ModelKind, Policy
 from layerfit.errors import InputError
-from layerfit.gpustack import candidate_to_gpustack, cluster_from_gpustack, deployment_from_gpustack
+from layerfit.gpustack import (
+    LayerfitGGUFSelector,
+    candidate_dict,
+    cluster_from_gpustack,
+    config_from_gpustack,
+    deployment_from_gpustack,
+    schedule_candidates,
+)
+from layerfit.gpustack.resources import allocated_by_instances
 from layerfit.memory import make_layout
 from layerfit.planner import evaluate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 WORKERS = json.loads((FIXTURES / "gpustack_workers.json").read_text())
+INSTANCES = json.loads((FIXTURES / "gpustack_instances.json").read_text())
 MODEL = json.loads((FIXTURES / "gpustack_model.json").read_text())
 
 
 def as_objects(value: Any) -> Any:
     """The same data as attribute objects, the way GPUStack's own classes expose it."""
     if isinstance(value, dict):
+        if value and all(key.isdigit() for key in value):
+            return {int(key): as_objects(item) for key, item in value.items()}
         return SimpleNamespace(**{key: as_objects(item) for key, item in value.items()})
     if isinstance(value, list):
         return [as_objects(item) for item in value]
@@ -30,60 +45,158 @@ def as_objects(value: Any) -> Any:
 
 
 @pytest.mark.parametrize("shape", ["dicts", "objects"])
-def test_workers_to_cluster(shape: str) -> None:
+def test_allocatable_from_running_instances(shape: str) -> None:
     workers = WORKERS if shape == "dicts" else as_objects(WORKERS)
-    cluster = cluster_from_gpustack(workers)
-    a, b, mac = cluster.workers
-    # a: RAM 64 GiB - 4 allocated - 2 reserved = 58; GPU 0: 24 - 0 - 1 reserved = 23; GPU 1: 24 - 10 - 1 = 13
+    instances = INSTANCES if shape == "dicts" else as_objects(INSTANCES)
+    a, b, mac, d = cluster_from_gpustack(workers, instances).workers
+    # a: instance 1 holds 4 GiB RAM and 10 GiB on GPU 1; instance 2's RPC server holds 5 GiB on GPU 0
+    #    (its 1 GiB RAM is not counted: GPUStack counts only VRAM for subordinate workers).
+    #    RAM 64 - 4 - 2 reserved = 58; GPU 0: 24 - 5 - 1 reserved = 18; GPU 1: 24 - 10 - 1 = 13.
     assert a.allocatable_ram_bytes == 58 * GiB and a.address == "192.168.1.11" and a.labels == {"gpu": "4090"}
-    assert [g.allocatable_vram_bytes for g in a.gpus] == [23 * GiB, 13 * GiB]
-    assert b.allocatable_ram_bytes == 32 * GiB and b.gpus[0].allocatable_vram_bytes == 16 * GiB
-    # unified: GPU 48 - 1 reserved = 47; the pool (RAM 64) loses the reserved VRAM (1) and allocated VRAM (0)
-    assert mac.unified_memory and mac.gpus[0].type == "metal"
-    assert (mac.gpus[0].allocatable_vram_bytes, mac.allocatable_ram_bytes) == (47 * GiB, 63 * GiB)
+    assert [g.allocatable_vram_bytes for g in a.gpus] == [18 * GiB, 13 * GiB]
+    # b: instances 2 (3 GiB RAM, 2 GiB VRAM) and 3 (6 GiB RAM; CPU only, so its VRAM claim is not
+    #    counted): RAM 32 - 9 = 23, GPU 16 - 2 = 14.
+    assert b.allocatable_ram_bytes == 23 * GiB and b.gpus[0].allocatable_vram_bytes == 14 * GiB
+    # mac (mps, unified): RAM 64 - 2 = 62, less 1 reserved VRAM and 8 allocated VRAM = 53;
+    #    GPU 48 - 8 - 1 = 39, capped by the pool (53): 39.
+    assert mac.unified_memory and mac.gpus[0].type == "mps"
+    assert (mac.gpus[0].allocatable_vram_bytes, mac.allocatable_ram_bytes) == (39 * GiB, 53 * GiB)
+    # d: GPUStack's default GPU type "" is accepted; nothing runs there: RAM 16 - 1 = 15, GPU 8.
+    assert d.gpus[0].type == "" and (d.allocatable_ram_bytes, d.gpus[0].allocatable_vram_bytes) == (15 * GiB, 8 * GiB)
 
 
-def test_model_to_deployment() -> None:
+def test_unified_pool_caps_the_gpu() -> None:
+    mac = json.loads(json.dumps(WORKERS[2]))
+    busy = [{"worker_id": 13, "gpu_indexes": [], "computed_resource_claim": {"ram": 40 * GiB}}]
+    (worker,) = cluster_from_gpustack([mac], busy).workers
+    # RAM 64 - 40 = 24, less 1 reserved VRAM = 23; GPU 48 - 1 = 47, capped by the pool: 23.
+    assert (worker.allocatable_ram_bytes, worker.gpus[0].allocatable_vram_bytes) == (23 * GiB, 23 * GiB)
+
+
+def test_mps_gpu_means_unified_memory_even_without_the_flag() -> None:
+    mac = json.loads(json.dumps(WORKERS[2]))
+    mac["status"]["memory"]["is_unified_memory"] = False
+    (worker,) = cluster_from_gpustack([mac], INSTANCES).workers
+    assert worker.unified_memory and worker.allocatable_ram_bytes == 53 * GiB
+
+
+def test_no_instances_means_everything_but_the_reserve_is_free() -> None:
+    a = cluster_from_gpustack(WORKERS).workers[0]
+    assert a.allocatable_ram_bytes == 62 * GiB and [g.allocatable_vram_bytes for g in a.gpus] == [23 * GiB] * 2
+
+
+def test_instance_claims_add_up_per_gpu() -> None:
+    twice = [INSTANCES[0], INSTANCES[0], INSTANCES[1]]
+    allocated = allocated_by_instances(twice, 11)
+    assert allocated.ram == 8 * GiB and dict(allocated.vram) == {1: 20 * GiB, 0: 5 * GiB}
+
+
+def test_bad_claims_name_the_field() -> None:
+    bad = [{"worker_id": 11, "gpu_indexes": [0], "computed_resource_claim": {"ram": 1, "vram": {"0": -5}}}]
+    with pytest.raises(InputError, match=r"model_instances\[0\]\.computed_resource_claim\.vram"):
+        cluster_from_gpustack(WORKERS, bad)
+    with pytest.raises(InputError, match=r"status\.memory\.total"):
+        cluster_from_gpustack([{"name": "x", "status": {}}])
+
+
+def test_model_to_deployment_and_config() -> None:
     profile = MemoryProfile.uniform(4, GiB, 0)
     deployment = deployment_from_gpustack(as_objects(MODEL), profile=profile)
     assert deployment.name == "llama-70b-q4" and deployment.params.ctx_size == 8192 and deployment.params.parallel == 2
     assert deployment.distributed_inference_across_workers and deployment.cpu_offloading
+    assert config_from_gpustack(MODEL).policy is Policy.SPREAD
+    assert config_from_gpustack({**MODEL, "placement_strategy": "binpack"}).policy is Policy.BINPACK
+    with pytest.raises(InputError, match="placement_strategy"):
+        config_from_gpustack({**MODEL, "placement_strategy": "random"})
     selected = deployment_from_gpustack(
         {**MODEL, "gpu_selector": {"gpu_ids": ["gpustack-a:cuda:1"]}, "categories": ["image"]}, profile=profile
     )
     assert selected.gpu_selection is not None and str(selected.gpu_selection[0]) == "gpustack-a:cuda:1"
     assert selected.kind is ModelKind.IMAGE
+    # GPUStack leaves cpu_offloading None when unset, and its selector reads None as "not allowed".
+    unset = deployment_from_gpustack({**MODEL, "cpu_offloading": None}, profile=profile)
+    assert not unset.cpu_offloading
 
 
-def test_bad_gpustack_input_names_the_field() -> None:
-    with pytest.raises(InputError, match=r"status\.memory\.total"):
-        cluster_from_gpustack([{"name": "x", "status": {}}])
-    with pytest.raises(InputError, match="malformed GPU id"):
-        deployment_from_gpustack(
-            {**MODEL, "gpu_selector": {"gpu_ids": ["nonsense"]}}, profile=MemoryProfile.uniform(1, 1, 0)
-        )
+def test_gpus_per_replica_takes_the_freest_selected_gpus() -> None:
+    cluster = cluster_from_gpustack(WORKERS, INSTANCES)
+    ids = ["gpustack-a:cuda:0", "gpustack-a:cuda:1", "gpustack-b:cuda:0"]
+    model = {**MODEL, "gpu_selector": {"gpu_ids": ids, "gpus_per_replica": 2}}
+    deployment = deployment_from_gpustack(model, profile=MemoryProfile.uniform(4, GiB, 0), cluster=cluster)
+    # free: a:0 18 GiB, a:1 13 GiB, b:0 14 GiB -> a:0 and b:0
+    assert [str(ref) for ref in deployment.gpu_selection or ()] == ["gpustack-a:cuda:0", "gpustack-b:cuda:0"]
+    every = deployment_from_gpustack(
+        {**model, "gpu_selector": {"gpu_ids": ids}}, profile=MemoryProfile.uniform(4, 1, 0)
+    )
+    assert len(every.gpu_selection or ()) == 3
 
 
 def test_candidate_shape() -> None:
     cluster = cluster_from_gpustack(WORKERS)
     profile = MemoryProfile.uniform(10, GiB, 0, output_weight_bytes=GiB // 2, rpc_host_fixed_bytes=100)
     deployment = deployment_from_gpustack(MODEL, profile=profile)
-    from layerfit.domain import DeviceAssignment as Dev
-
     layout = make_layout(
         "gpustack-a",
         10,
-        [Dev(worker="gpustack-b", gpu_index=0, blocks=4), Dev(worker="gpustack-a", gpu_index=0, blocks=6)],
+        [
+            DeviceAssignment(worker="gpustack-b", gpu_index=0, blocks=4),
+            DeviceAssignment(worker="gpustack-a", gpu_index=0, blocks=6),
+        ],
     )
     plan = evaluate(cluster, deployment, layout)
     assert plan.best is not None
-    candidate = candidate_to_gpustack(plan.best, cluster, {w["name"]: w for w in WORKERS})
+    candidate = candidate_dict(plan.best, cluster, {w["name"]: w for w in WORKERS})
     assert candidate["worker"]["id"] == 11 and candidate["gpu_indexes"] == [0]
+    assert (candidate["gpu_type"], candidate["overcommit"]) == ("cuda", False)
     claim = candidate["computed_resource_claim"]
     # 11 layers on GPUs of 11; -ts as integer layer counts in llama.cpp order (RPC first)
     assert (claim["offload_layers"], claim["total_layers"], claim["tensor_split"]) == (11, 11, [4, 7])
     assert claim["vram"] == {0: 6 * GiB + GiB // 2}
     (sub,) = candidate["subordinate_workers"]
-    assert (sub["worker_id"], sub["worker_ip"], sub["gpu_indexes"]) == (12, "192.168.1.12", [0])
+    assert (sub["worker_id"], sub["worker_ip"], sub["worker_ifname"], sub["gpu_indexes"]) == (
+        12,
+        "192.168.1.12",
+        "eth1",
+        [0],
+    )
+    assert sub["gpu_type"] == "cuda" and sub["computed_resource_claim"]["offload_layers"] == 4
     assert sub["computed_resource_claim"]["vram"] == {0: 4 * GiB}
     assert sub["computed_resource_claim"]["ram"] == 100
+
+
+def test_running_instances_keep_a_placement_off_busy_gpus() -> None:
+    # 17 GiB of blocks. Free, it fits either 4090 (23 GiB each) and not the 4080 (16 GiB). With the
+    # instances running, a:0 has 18 GiB, a:1 13 GiB and b:0 14 GiB: only a:0 can take it.
+    profile = MemoryProfile.uniform(17, GiB, 0)
+    model = {**MODEL, "distributed_inference_across_workers": False, "placement_strategy": "binpack"}
+    workers = WORKERS[:2]
+    free, _ = schedule_candidates(workers, model, profile=profile)
+    busy, plan = schedule_candidates(workers, model, INSTANCES, profile=profile)
+    placed = {(c["worker"]["name"], tuple(c["gpu_indexes"])) for c in free}
+    assert placed and placed <= {("gpustack-a", (0,)), ("gpustack-a", (1,))}
+    assert [(c["worker"]["name"], c["gpu_indexes"]) for c in busy] == [("gpustack-a", [0])]
+    assert plan.claims is not None and plan.claims.vram_bytes("gpustack-a", 0) == 17 * GiB
+
+
+def test_selector_interface_with_dicts() -> None:
+    profile = MemoryProfile.uniform(12, GiB, 0)
+    selector = LayerfitGGUFSelector(MODEL, INSTANCES, None, profile=profile, output="dicts")
+    candidates = asyncio.run(selector.select_candidates(WORKERS))
+    assert candidates and all(c["computed_resource_claim"]["offload_layers"] == 13 for c in candidates)
+    assert selector.get_messages() == [] and selector.plan is not None and selector.get_resource_claim() is None
+    assert asyncio.run(selector.select_candidates([])) == []
+
+
+def test_selector_explains_when_nothing_fits() -> None:
+    huge = MemoryProfile.uniform(40, 4 * GiB, 0)
+    model = {**MODEL, "cpu_offloading": False, "distributed_inference_across_workers": False}
+    selector = LayerfitGGUFSelector(model, INSTANCES, profile=huge, output="dicts")
+    assert asyncio.run(selector.select_candidates(WORKERS)) == []
+    assert selector.get_messages() and all(isinstance(m, str) and m for m in selector.get_messages())
+    assert selector.reasons and any(reason.kind.value == "no_candidate" for reason in selector.reasons)
+
+
+def test_selector_needs_a_model_file_or_profile() -> None:
+    selector = LayerfitGGUFSelector({**MODEL, "local_path": "/nonexistent.gguf"}, [])
+    with pytest.raises(ValueError, match="no memory profile"):
+        asyncio.run(selector.select_candidates(WORKERS))

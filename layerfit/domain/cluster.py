@@ -11,8 +11,28 @@ from pydantic import Field, model_validator
 from layerfit.domain.base import Bytes, Frozen, NonNegInt
 from layerfit.errors import InputError
 
-GPU_TYPES = ("cuda", "rocm", "musa", "npu", "metal", "vulkan", "sycl", "cann", "dcu", "mlu")
-"""GPU vendor types as GPUStack names them in GPU ids (``worker:cuda:0``)."""
+GPU_TYPES = (
+    "cuda",
+    "rocm",
+    "musa",
+    "npu",
+    "metal",
+    "mps",
+    "vulkan",
+    "sycl",
+    "cann",
+    "dcu",
+    "dtk",
+    "mlu",
+    "neuware",
+    "corex",
+    "maca",
+    "hggc",
+    "unknown",
+    "",
+)
+"""GPU runtime types as GPUStack names them in GPU ids (``worker:cuda:0``); Apple GPUs are ``mps``,
+and ``""`` is GPUStack's default for a GPU whose runtime it did not detect."""
 
 _GPU_REF_PATTERN = re.compile(r"^(?P<worker>[^:\s]+):(?P<type>[A-Za-z][A-Za-z0-9_]*):(?P<index>\d+)$")
 

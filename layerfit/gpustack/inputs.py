@@ -1,0 +1,182 @@
+"""GPUStack's ``Worker``, ``Model`` and ``ModelInstance`` (objects or dicts) as layerfit inputs.
+
+Fields read:
+
+* worker: ``id``, ``name``, ``ip``, ``ifname``, ``labels``, ``system_reserved.ram`` / ``.vram``,
+  ``status.memory.total`` / ``.is_unified_memory``, ``status.gpu_devices[i].index`` / ``.type`` /
+  ``.name`` / ``.memory.total``. Every GPUStack GPU type is accepted (``""`` is its default);
+  ``mps`` (Apple) makes the worker unified-memory.
+* model instances: ``worker_id``, ``gpu_indexes``, ``computed_resource_claim.ram`` / ``.vram``,
+  ``distributed_servers.subordinate_workers[j].worker_id`` / ``.computed_resource_claim.vram``
+  (see ``layerfit.gpustack.resources``); or GPUStack's own ``ResourceView``.
+* model: ``name``, ``backend_parameters``, ``gpu_selector.gpu_ids`` / ``.gpus_per_replica``,
+  ``placement_strategy``, ``cpu_offloading``, ``distributed_inference_across_workers``,
+  ``categories``, ``replicas``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from layerfit.domain.cluster import Cluster, GpuRef, Worker
+from layerfit.domain.config import PlannerConfig, Policy
+from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import InputError
+from layerfit.gpustack.fields import UNIFIED_MEMORY_GPU_TYPES, field, items, non_negative
+from layerfit.gpustack.resources import Allocation, allocatable, allocated_by_instances, allocated_by_view
+from layerfit.io import load_model
+
+
+def gpu_type(device: Any) -> str:
+    """A GPU's runtime type as GPUStack stores it (``""`` when GPUStack did not detect one)."""
+    return str(field(device, "type", "") or "")
+
+
+def is_unified(worker: Any) -> bool:
+    """One memory pool for CPU and GPU: GPUStack's flag, or an Apple (``mps``) GPU."""
+    if field(worker, "status.memory.is_unified_memory", False):
+        return True
+    return any(gpu_type(gpu) in UNIFIED_MEMORY_GPU_TYPES for gpu in field(worker, "status.gpu_devices", []) or [])
+
+
+def _with_unified_flag(worker: Any) -> Any:
+    """The worker as GPUStack's allocatable rule should see it (``mps`` GPUs imply one pool)."""
+    if not is_unified(worker) or field(worker, "status.memory.is_unified_memory", False):
+        return worker
+    status = field(worker, "status")
+    memory = {"total": field(status, "memory.total"), "is_unified_memory": True}
+    devices = field(status, "gpu_devices", []) or []
+    return {
+        "name": field(worker, "name", "?"),
+        "system_reserved": field(worker, "system_reserved", None),
+        "status": {"memory": memory, "gpu_devices": devices},
+    }
+
+
+def worker_allocation(worker: Any, model_instances: Sequence[Any] = (), resource_view: Any | None = None) -> Allocation:
+    """GPUStack's allocatable RAM and per-GPU VRAM of a worker, from the instances bound to it."""
+    worker_id = field(worker, "id", None)
+    if resource_view is not None:
+        allocated = allocated_by_view(resource_view, worker_id)
+    else:
+        allocated = allocated_by_instances(model_instances, worker_id)
+    return allocatable(_with_unified_flag(worker), allocated)
+
+
+def worker_from_gpustack(worker: Any, allocation: Allocation) -> Worker:
+    """One GPUStack worker as a layerfit ``Worker`` with the given allocatable resources."""
+    name = str(field(worker, "name"))
+    total_ram = non_negative(field(worker, "status.memory.total"), f"worker[{name}].status.memory.total")
+    gpus = []
+    for position, device in enumerate(field(worker, "status.gpu_devices", []) or []):
+        index = non_negative(field(device, "index", position), f"worker[{name}].status.gpu_devices[{position}].index")
+        total = non_negative(field(device, "memory.total", 0), f"worker[{name}].status.gpu_devices[{position}].memory")
+        gpus.append(
+            {
+                "index": index,
+                "type": gpu_type(device),
+                "name": str(field(device, "name", "")),
+                "total_vram_bytes": total,
+                "allocatable_vram_bytes": min(allocation.vram.get(index, 0), total),
+            }
+        )
+    data = {
+        "id": field(worker, "id", name),
+        "name": name,
+        "address": str(field(worker, "ip", "")),
+        "labels": {str(k): str(v) for k, v in items(field(worker, "labels", None))},
+        "unified_memory": is_unified(worker),
+        "total_ram_bytes": total_ram,
+        "allocatable_ram_bytes": min(allocation.ram, total_ram),
+        "gpus": gpus,
+    }
+    return load_model(Worker, data, f"GPUStack worker {name}")
+
+
+def cluster_from_gpustack(
+    workers: Sequence[Any], model_instances: Sequence[Any] = (), resource_view: Any | None = None
+) -> Cluster:
+    """GPUStack's workers as a layerfit ``Cluster``, less what the running instances hold."""
+    converted = [worker_from_gpustack(w, worker_allocation(w, model_instances, resource_view)) for w in workers]
+    return load_model(Cluster, {"workers": converted}, "GPUStack workers")
+
+
+def _kind(categories: Sequence[str]) -> ModelKind:
+    for kind in (ModelKind.IMAGE, ModelKind.EMBEDDING, ModelKind.RERANKER):
+        if kind.value in categories:
+            return kind
+    return ModelKind.LLM
+
+
+def _free_vram(cluster: Cluster | None, ref: GpuRef) -> int:
+    if cluster is None or not cluster.has_worker(ref.worker) or not cluster.worker(ref.worker).has_gpu(ref.index):
+        return 0
+    return cluster.worker(ref.worker).gpu(ref.index).allocatable_vram_bytes
+
+
+def selected_gpus(model: Any, cluster: Cluster | None = None) -> list[str] | None:
+    """The GPUs one replica uses: every selected GPU, or with ``gpus_per_replica`` (fewer GPUs per
+    replica than selected) that many of them with the most allocatable VRAM, ties in GPU-id order."""
+    gpu_ids = field(model, "gpu_selector.gpu_ids", None)
+    if not gpu_ids:
+        return None
+    ids = sorted(str(gpu) for gpu in gpu_ids)
+    per_replica = field(model, "gpu_selector.gpus_per_replica", None)
+    if per_replica is None or int(per_replica) <= 0 or int(per_replica) >= len(ids):
+        return ids
+    refs = [GpuRef.parse(text) for text in ids]
+    ranked = sorted(range(len(refs)), key=lambda i: (-_free_vram(cluster, refs[i]), i))
+    return [ids[i] for i in sorted(ranked[: int(per_replica)])]
+
+
+def deployment_from_gpustack(
+    model: Any,
+    *,
+    gguf_path: str | None = None,
+    profile: MemoryProfile | None = None,
+    cluster: Cluster | None = None,
+) -> Deployment:
+    """A GPUStack model as a layerfit ``Deployment``; give the GGUF path or a memory profile.
+
+    ``cluster`` (the converted workers) lets ``gpus_per_replica`` pick the freest selected GPUs.
+    """
+    backend_parameters = field(model, "backend_parameters", []) or []
+    if isinstance(backend_parameters, str | bytes) or not isinstance(backend_parameters, Sequence):
+        raise InputError("backend_parameters", f"expected a list of strings, got {type(backend_parameters).__name__}")
+    # GPUStack's selector tests these for truth: an unset (None) switch is off.
+    cpu_offloading = bool(field(model, "cpu_offloading", False))
+    distributed = bool(field(model, "distributed_inference_across_workers", False))
+    return load_model(
+        Deployment,
+        {
+            "name": str(field(model, "name")),
+            "gguf_path": gguf_path,
+            "profile": profile,
+            "backend_parameters": list(backend_parameters),
+            "cpu_offloading": cpu_offloading,
+            "distributed_inference_across_workers": distributed,
+            "gpu_selection": selected_gpus(model, cluster),
+            "kind": _kind([str(c) for c in field(model, "categories", []) or []]),
+            "replicas": max(int(field(model, "replicas", 1)), 1),
+        },
+        "GPUStack model",
+    )
+
+
+def config_from_gpustack(model: Any, config: PlannerConfig = PlannerConfig()) -> PlannerConfig:
+    """The planner settings a GPUStack model asks for: its ``placement_strategy`` (spread, binpack)."""
+    strategy = field(model, "placement_strategy", None)
+    if strategy is None:
+        return config
+    value = str(getattr(strategy, "value", strategy)).lower()
+    try:
+        policy = Policy(value)
+    except ValueError:
+        raise InputError("placement_strategy", f"expected spread or binpack, got {value!r}") from None
+    return config.model_copy(update={"policy": policy})
+
+
+def workers_by_name(workers: Sequence[Any]) -> Mapping[str, Any]:
+    return {str(field(worker, "name")): worker for worker in workers}

@@ -1,0 +1,140 @@
+"""``LayerfitGGUFSelector``: GPUStack's GGUF candidate selector interface, answered by layerfit.
+
+GPUStack builds its GGUF selector as ``GGUFResourceFitSelector(model, model_instances, cache_dir,
+resource_view=resource_view)`` and calls ``await select_candidates(workers)`` then
+``get_messages()``. This class takes the same arguments and answers the same calls, so swapping
+it in is one line. Differences a GPUStack user sees: no gguf-parser subprocess per GPU
+combination (one in-process estimate), placements proven optimal by the solver, every manual
+selection honoured as GPUStack does, and typed reasons (``reasons``) beside the messages.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.plan import Plan, Reason
+from layerfit.domain.profile import MemoryProfile
+from layerfit.gpustack.candidates import candidate_dict, gpustack_available, to_gpustack_object
+from layerfit.gpustack.fields import field
+from layerfit.gpustack.inputs import (
+    cluster_from_gpustack,
+    config_from_gpustack,
+    deployment_from_gpustack,
+    workers_by_name,
+)
+from layerfit.gpustack.messages import gpustack_messages
+from layerfit.planner import plan as plan_deployment
+
+ProfileSource = MemoryProfile | Callable[[Any], MemoryProfile]
+
+
+def schedule_candidates(
+    workers: Sequence[Any],
+    model: Any,
+    model_instances: Sequence[Any] = (),
+    *,
+    gguf_path: str | None = None,
+    profile: MemoryProfile | None = None,
+    config: PlannerConfig = PlannerConfig(),
+    resource_view: Any | None = None,
+) -> tuple[list[dict[str, Any]], Plan]:
+    """Candidates as dicts in GPUStack's shape (best first, then equally good ones) and the plan.
+
+    An empty list means nothing fits; ``plan.messages`` and ``plan.reasons`` say why.
+    """
+    cluster = cluster_from_gpustack(workers, model_instances, resource_view)
+    deployment = deployment_from_gpustack(model, gguf_path=gguf_path, profile=profile, cluster=cluster)
+    result = plan_deployment(cluster, deployment, config_from_gpustack(model, config))
+    chosen = ([result.best] if result.best is not None else []) + list(result.alternatives)
+    by_name = workers_by_name(workers)
+    return [candidate_dict(candidate, cluster, by_name) for candidate in chosen], result
+
+
+class LayerfitGGUFSelector:
+    """Drop-in for GPUStack's ``GGUFResourceFitSelector`` (same constructor, same calls).
+
+    ``profile`` (a memory profile, or a function of the GPUStack model returning one) or
+    ``gguf_path`` says what the model needs; by default the model's ``local_path`` is estimated.
+    ``output`` is ``"auto"`` (GPUStack's own candidate objects when ``gpustack`` imports and the
+    workers are GPUStack objects), ``"objects"`` or ``"dicts"``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        model_instances: Sequence[Any],
+        cache_dir: str | None = None,
+        *,
+        resource_view: Any | None = None,
+        profile: ProfileSource | None = None,
+        gguf_path: str | None = None,
+        config: PlannerConfig = PlannerConfig(),
+        output: str = "auto",
+    ) -> None:
+        if output not in ("auto", "objects", "dicts"):
+            raise ValueError(f"output must be auto, objects or dicts, got {output!r}")
+        self._model = model
+        self._model_instances = list(model_instances)
+        self._cache_dir = cache_dir
+        self._resource_view = resource_view
+        self._profile = profile
+        self._gguf_path = gguf_path
+        self._config = config
+        self._output = output
+        self._messages: list[str] = []
+        self.plan: Plan | None = None
+        """The last plan: layerfit's typed reasons, relaxations and command lines."""
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        """layerfit's typed reasons for the last ``select_candidates`` call."""
+        return () if self.plan is None else self.plan.reasons
+
+    def get_messages(self) -> list[str]:
+        """What GPUStack shows the user (its event messages) for the last call."""
+        return list(self._messages)
+
+    def get_resource_claim(self) -> None:
+        """GGUF placements are priced per layer and per GPU: no single claim (as in GPUStack)."""
+        return None
+
+    def _resolved_profile(self) -> tuple[MemoryProfile | None, str | None]:
+        if self._profile is not None:
+            found = self._profile if isinstance(self._profile, MemoryProfile) else self._profile(self._model)
+            return found, None
+        path = self._gguf_path or field(self._model, "local_path", None)
+        if path is None or not os.path.exists(str(path)):
+            raise ValueError(
+                f"model {field(self._model, 'name', '?')}: no memory profile and no readable GGUF file "
+                f"(local_path {path!r}); give profile= or gguf_path="
+            )
+        return None, str(path)
+
+    def _wants_objects(self, workers: Sequence[Any]) -> bool:
+        if self._output == "auto":
+            return gpustack_available() and not any(isinstance(worker, dict) for worker in workers)
+        return self._output == "objects"
+
+    async def select_candidates(self, workers: Sequence[Any]) -> list[Any]:
+        """GPUStack's candidates for the model on these workers (empty when nothing fits)."""
+        self._messages = []
+        if not workers:
+            self.plan = None
+            return []
+        profile, path = self._resolved_profile()
+        found, self.plan = schedule_candidates(
+            workers,
+            self._model,
+            self._model_instances,
+            gguf_path=path,
+            profile=profile,
+            config=self._config,
+            resource_view=self._resource_view,
+        )
+        self._messages = gpustack_messages(self.plan, selected=field(self._model, "gpu_selector.gpu_ids", None))
+        if self._wants_objects(workers):
+            return [to_gpustack_object(candidate) for candidate in found]
+        return found

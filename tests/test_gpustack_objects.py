@@ -1,0 +1,254 @@
+"""The adapter on GPUStack 2.3.0's own objects, scorers and scheduling path.
+
+Runs where the ``gpustack`` extra is installed (CI's second virtual environment, see .ci/run);
+elsewhere ``gpustack`` cannot be imported and the module is skipped for that reason alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("gpustack", reason="the gpustack extra is not installed here (CI runs it in a second venv)")
+
+from gpustack.config.config import Config
+from gpustack.policies.base import ModelInstanceScheduleCandidate
+from gpustack.policies.resource_view import ResourceView
+from gpustack.policies.scorers.placement_scorer import PlacementScorer
+from gpustack.scheduler import scheduler as gpustack_scheduler
+from gpustack.schemas.models import (
+    ComputedResourceClaim,
+    DistributedServers,
+    GPUSelector,
+    Model,
+    ModelInstance,
+    ModelInstanceSubordinateWorker,
+)
+from gpustack.schemas.workers import (
+    GPUDeviceStatus,
+    MemoryInfo,
+    SystemReserved,
+    Worker,
+    WorkerStateEnum,
+    WorkerStatus,
+)
+
+from layerfit.domain import GiB, MemoryProfile
+from layerfit.gpustack import LayerfitGGUFSelector, worker_allocation
+
+pytestmark = pytest.mark.gpustack
+
+FIXTURES = Path(__file__).parent / "fixtures"
+WORKERS = json.loads((FIXTURES / "gpustack_workers.json").read_text())
+INSTANCES = json.loads((FIXTURES / "gpustack_instances.json").read_text())
+
+
+def real_worker(data: dict[str, Any]) -> Worker:
+    status = WorkerStatus.get_default_status()
+    memory = data["status"]["memory"]
+    status.memory = MemoryInfo(total=memory["total"], is_unified_memory=memory["is_unified_memory"])
+    status.gpu_devices = [
+        GPUDeviceStatus(
+            index=gpu["index"],
+            type=gpu.get("type", ""),
+            name=gpu["name"],
+            vendor=gpu.get("vendor", ""),
+            memory=MemoryInfo(total=gpu["memory"]["total"]),
+        )
+        for gpu in data["status"]["gpu_devices"]
+    ]
+    return Worker(
+        id=data["id"],
+        name=data["name"],
+        hostname=data["name"],
+        ip=data["ip"],
+        ifname=data["ifname"],
+        labels=data.get("labels", {}),
+        system_reserved=SystemReserved(**data["system_reserved"]),
+        status=status,
+        state=WorkerStateEnum.READY,
+        cluster_id=1,
+    )
+
+
+def _claim(data: dict[str, Any]) -> ComputedResourceClaim:
+    return ComputedResourceClaim(ram=data.get("ram"), vram={int(k): v for k, v in (data.get("vram") or {}).items()})
+
+
+def real_instance(data: dict[str, Any]) -> ModelInstance:
+    subordinates = (data.get("distributed_servers") or {}).get("subordinate_workers", [])
+    return ModelInstance(
+        id=data["id"],
+        name=data["name"],
+        model_id=100 + data["id"],
+        model_name=data["name"],
+        worker_id=data["worker_id"],
+        gpu_indexes=data["gpu_indexes"],
+        computed_resource_claim=_claim(data["computed_resource_claim"]),
+        distributed_servers=DistributedServers(
+            subordinate_workers=[
+                ModelInstanceSubordinateWorker(
+                    worker_id=sub["worker_id"],
+                    gpu_indexes=sub["gpu_indexes"],
+                    computed_resource_claim=_claim(sub["computed_resource_claim"]),
+                )
+                for sub in subordinates
+            ]
+        ),
+    )
+
+
+def gguf_model(**fields: Any) -> Model:
+    defaults: dict[str, Any] = {
+        "id": 1,
+        "name": "llama-gguf",
+        "source": "huggingface",
+        "huggingface_repo_id": "org/llama-gguf",
+        "huggingface_filename": "llama-q4_k_m.gguf",
+        "backend": "Custom",
+        "backend_parameters": ["--ctx-size=4096"],
+        "placement_strategy": "spread",
+        "cpu_offloading": True,
+        "distributed_inference_across_workers": True,
+        "replicas": 1,
+        "cluster_id": 1,
+    }
+    return Model(**{**defaults, **fields})
+
+
+def workers() -> list[Worker]:
+    return [real_worker(data) for data in WORKERS]
+
+
+def instances() -> list[ModelInstance]:
+    return [real_instance(data) for data in INSTANCES]
+
+
+def test_allocatable_is_gpustacks_own() -> None:
+    # Hand-worked in tests/test_gpustack.py; here GPUStack's ResourceView must say the same.
+    running = instances()
+    view = ResourceView(running)
+    for worker in workers():
+        ours = worker_allocation(worker, running)
+        theirs = view.allocatable(worker)
+        assert (ours.ram, dict(ours.vram)) == (theirs.ram, theirs.vram), worker.name
+        via_view = worker_allocation(worker, resource_view=view)
+        assert (via_view.ram, dict(via_view.vram)) == (theirs.ram, theirs.vram)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_allocatable_matches_gpustack_on_random_instances(seed: int) -> None:
+    rng = random.Random(seed)
+    pool = workers()
+    running = []
+    for number in range(12):
+        main, sub = rng.sample(pool, 2)
+        main_gpus = [gpu.index for gpu in main.status.gpu_devices if rng.random() < 0.7]
+        data = {
+            "id": number,
+            "name": f"m-{number}",
+            "worker_id": main.id,
+            "gpu_indexes": main_gpus,
+            "computed_resource_claim": {
+                "ram": rng.randrange(4 * GiB),
+                "vram": {i: rng.randrange(6 * GiB) for i in main_gpus},
+            },
+            "distributed_servers": {
+                "subordinate_workers": [
+                    {
+                        "worker_id": sub.id,
+                        "gpu_indexes": [0],
+                        "computed_resource_claim": {"ram": 1, "vram": {0: rng.randrange(6 * GiB)}},
+                    }
+                ]
+                if rng.random() < 0.5
+                else []
+            },
+        }
+        running.append(real_instance(data))
+    view = ResourceView(running)
+    for worker in pool:
+        ours, theirs = worker_allocation(worker, running), view.allocatable(worker)
+        assert (ours.ram, dict(ours.vram)) == (theirs.ram, theirs.vram)
+
+
+def _select(
+    model: Model, running: list[ModelInstance], profile: MemoryProfile, pool: list[Worker] | None = None
+) -> tuple[list[Any], LayerfitGGUFSelector]:
+    selector = LayerfitGGUFSelector(model, running, None, resource_view=ResourceView(running), profile=profile)
+    return asyncio.run(selector.select_candidates(workers() if pool is None else pool)), selector
+
+
+def test_candidates_are_gpustack_objects_through_its_scorers() -> None:
+    running = instances()
+    candidates, selector = _select(gguf_model(), running, MemoryProfile.uniform(17, GiB, 0), workers()[:2])
+    assert candidates and all(isinstance(c, ModelInstanceScheduleCandidate) for c in candidates)
+    best = candidates[0]
+    # Only gpustack-a's GPU 0 has 17 GiB free once the running instances are counted.
+    assert (best.worker.name, best.gpu_indexes, best.gpu_type, best.overcommit) == ("gpustack-a", [0], "cuda", False)
+    assert best.computed_resource_claim.offload_layers == best.computed_resource_claim.total_layers == 18
+    log = best.to_log_string()
+    assert "worker: 'gpustack-a'" in log and "gpu_indexes: [0]" in log and "offload_layers: 18" in log
+    for strategy in ("spread", "binpack"):
+        model = gguf_model(placement_strategy=strategy)
+        scored = asyncio.run(PlacementScorer(model, running, resource_view=ResourceView(running)).score(candidates))
+        assert scored and all(isinstance(c.score, float) and 0 <= c.score <= 100 for c in scored)
+    assert selector.get_messages() == []
+
+
+def test_distributed_candidate_names_its_rpc_workers() -> None:
+    # 50 GiB of blocks fits neither gpustack-a (2 x 23 GiB) nor gpustack-b (16 GiB) alone: both together.
+    model = gguf_model(cpu_offloading=False)
+    candidates, _ = _select(model, [], MemoryProfile.uniform(50, GiB, 0), workers()[:2])
+    assert candidates
+    best = candidates[0]
+    assert best.subordinate_workers and all(
+        isinstance(s, ModelInstanceSubordinateWorker) for s in best.subordinate_workers
+    )
+    layers = best.computed_resource_claim.offload_layers
+    rpc_layers = sum(s.computed_resource_claim.offload_layers for s in best.subordinate_workers)
+    assert layers == 51 and sum(best.computed_resource_claim.tensor_split) == 51 and 0 < rpc_layers < 51
+    log = best.to_log_string()
+    sub = best.subordinate_workers[0]
+    assert f"worker_name: {sub.worker_name}" in log and f"worker_ifname {sub.worker_ifname}" in log
+    assert sub.worker_ifname in ("eth0", "eth1", "en0") and sub.gpu_type in ("cuda", "mps", "")
+
+
+def test_gpustacks_scheduling_path_with_layerfit_selector(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    profile = MemoryProfile.uniform(17, GiB, 0)
+
+    def layerfit_selector(model: Any, model_instances: Any, cache_dir: Any = None, *, resource_view: Any) -> Any:
+        return LayerfitGGUFSelector(model, model_instances, cache_dir, resource_view=resource_view, profile=profile)
+
+    # The one-line swap: GPUStack builds its GGUF selector by this name.
+    monkeypatch.setattr(gpustack_scheduler, "GGUFResourceFitSelector", layerfit_selector)
+    config = Config(data_dir=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"))
+    running = instances()
+    pool = workers()[:2]
+    pool[1].state = WorkerStateEnum.NOT_READY  # GPUStack's own filters still run first
+    model = gguf_model(placement_strategy="binpack")
+    candidate, messages = asyncio.run(
+        gpustack_scheduler.find_candidate(None, config, model, pool, running, resource_view=ResourceView(running))
+    )
+    assert isinstance(candidate, ModelInstanceScheduleCandidate)
+    assert (candidate.worker.name, candidate.gpu_indexes) == ("gpustack-a", [0])
+    assert candidate.score is not None and any("READY" in message for message in messages)
+
+    huge = gguf_model(name="too-big", cpu_offloading=False, distributed_inference_across_workers=False)
+    profile = MemoryProfile.uniform(60, GiB, 0)
+    candidate, messages = asyncio.run(
+        gpustack_scheduler.find_candidate(None, config, huge, pool, running, resource_view=ResourceView(running))
+    )
+    assert candidate is None and messages and all(isinstance(message, str) for message in messages)
+
+
+def test_manual_selection_is_read_from_gpustack_model() -> None:
+    model = gguf_model(gpu_selector=GPUSelector(gpu_ids=["gpustack-b:cuda:0"]))
+    candidates, selector = _select(model, instances(), MemoryProfile.uniform(8, GiB, 0))
+    assert candidates and {(c.worker.name, tuple(c.gpu_indexes)) for c in candidates} == {("gpustack-b", (0,))}
+    assert selector.plan is not None and selector.plan.best is not None
