@@ -7,6 +7,7 @@ difference, and its fixed cost at least the smallest device-kind cost of its rol
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import cache
 
 from layerfit.domain.profile import DeviceRole
@@ -52,9 +53,33 @@ def single_worker_layers(instance: Instance, worker: int, gpus: int) -> int:
     return min(blocks, instance.n_blocks) + (1 if has_gpu and gpus > 0 else 0)
 
 
+def remote_gpu_blocks(instance: Instance) -> tuple[tuple[int, int], ...]:
+    """``(device_blocks, worker)`` of every GPU that can serve an RPC slot, most blocks first (at
+    most ``rpc_slots`` per class: no layout uses more)."""
+    return tuple(
+        sorted(
+            (
+                (device_blocks(instance, cls.capacity, SlotKind.RPC), cls.worker)
+                for cls in instance.classes
+                if cls.rpc_ok and instance.workers[cls.worker].rpc_ok
+                for _ in range(min(cls.count, instance.rpc_slots))
+            ),
+            reverse=True,
+        )
+    )
+
+
+def top_remote_blocks(remote: tuple[tuple[int, int], ...], gpus: int, without: frozenset[int]) -> int:
+    """The blocks of the ``gpus`` best remote GPUs outside the workers ``without``."""
+    if gpus <= 0:
+        return 0
+    return sum([blocks for blocks, owner in remote if owner not in without][:gpus])
+
+
 def multi_worker_candidates(instance: Instance, workers: int, ceiling: int) -> tuple[frozenset[int], frozenset[int]]:
     """Main workers and rpc-server workers that can be part of a layout with ``workers`` workers
-    reaching ``ceiling`` GPU layers, by the capacity bound above (the output layer adds one)."""
+    reaching ``ceiling`` GPU layers, by the capacity bound above (the output layer adds one): the
+    other workers give at most their best workers' blocks, and at most ``rpc_slots`` GPUs."""
     n = instance.n_blocks
     local = {
         w: block_capacity(instance, w, SlotKind.LOCAL, instance.local_slots)
@@ -68,6 +93,7 @@ def multi_worker_candidates(instance: Instance, workers: int, ceiling: int) -> t
     }
     remote = {w: blocks for w, blocks in remote.items() if blocks > 0}
     ranked = sorted(remote.values(), reverse=True)
+    gpus = remote_gpu_blocks(instance)
 
     def top(count: int, without: int) -> int:
         """The ``count`` largest RPC capacities, leaving out ``without``'s own once."""
@@ -76,12 +102,19 @@ def multi_worker_candidates(instance: Instance, workers: int, ceiling: int) -> t
             chosen.remove(remote[without])
         return sum(chosen[:count])
 
+    def others(count: int, slots: int, without: int) -> int:
+        """What ``count`` workers besides ``without`` hold on at most ``slots`` RPC GPUs."""
+        return min(top(count, without), top_remote_blocks(gpus, slots, frozenset((without,))))
+
     best_local = max(local.values(), default=-1)
-    mains = frozenset(w for w, blocks in local.items() if min(n, blocks + top(workers - 1, w)) + 1 >= ceiling)
+    mains = frozenset(
+        w for w, blocks in local.items() if min(n, blocks + others(workers - 1, instance.rpc_slots, w)) + 1 >= ceiling
+    )
     rpc = frozenset(
         v
         for v, blocks in remote.items()
-        if best_local >= 0 and min(n, blocks + best_local + top(workers - 2, v)) + 1 >= ceiling
+        if best_local >= 0
+        and min(n, blocks + best_local + others(workers - 2, instance.rpc_slots - 1, v)) + 1 >= ceiling
     )
     return mains, rpc
 
@@ -107,3 +140,80 @@ def _blocks_within(cumulative: tuple[int, ...], room: int) -> int:
         else:
             high = middle - 1
     return low
+
+
+def least_overhead(
+    instance: Instance, roles: tuple[DeviceRole, ...], *, unified: bool, devices: int, layers: int
+) -> int:
+    """The least fixed cost of a device of these roles on a worker of this memory type, in a layout
+    of ``devices`` devices and ``layers`` GPU layers (every layer on GPUs means no partial offload)."""
+    partial = (False,) if layers == instance.n_layers else instance.rules.partial_values
+    return min(
+        (
+            cost
+            for kind, cost in instance.costs.device.items()
+            if kind.role in roles
+            and kind.unified in (None, unified)
+            and kind.partial in partial
+            and kind.multi in (None, devices > 1)
+        ),
+        default=0,
+    )
+
+
+def single_worker_ordered_layers(instance: Instance, worker: int, gpus: int, layers: int) -> int:
+    """An upper bound on the GPU layers ``worker`` alone holds on ``gpus`` of its GPUs, in a layout
+    of ``layers`` layers (``ordered_layers`` over its largest GPUs, the main GPU holding the output)."""
+    view = instance.workers[worker]
+    capacities = sorted(
+        (cls.capacity for c in view.classes if (cls := instance.classes[c]).local_ok for _ in range(cls.count)),
+        reverse=True,
+    )[:gpus]
+    local = least_overhead(instance, (DeviceRole.LOCAL,), unified=view.unified, devices=gpus, layers=layers)
+    main = least_overhead(instance, (DeviceRole.MAIN,), unified=view.unified, devices=gpus, layers=layers)
+    if len(capacities) == 1:
+        local = main
+    return ordered_layers(instance, tuple(capacity - local for capacity in capacities), main - local)
+
+
+def ordered_layers(instance: Instance, rooms: tuple[int, ...], last_extra: int = 0) -> int:
+    """An upper bound on the GPU layers devices with these rooms (capacity less a fixed cost) hold
+    together, in the best order: an exact search over the orders of the devices, each taking the
+    longest run of blocks that fits, from the last block backwards, the first of them (the last
+    device) also paying ``last_extra`` and, when it holds it, the output layer. Tighter than
+    summing ``device_blocks`` when blocks differ in size, since a run cannot pick light blocks."""
+    n = instance.n_blocks
+    prefix = instance.costs.block_prefix_down
+    with_output = min(n, _ordered_blocks(prefix, rooms, last_extra + instance.costs.output))
+    without = min(n, _ordered_blocks(prefix, rooms, last_extra))
+    return max(with_output + 1, without) if rooms else 0
+
+
+def _ordered_blocks(prefix: tuple[int, ...], rooms: tuple[int, ...], output: int) -> int:
+    values = sorted(set(rooms), reverse=True)
+    counts = tuple(rooms.count(value) for value in values)
+    return _covered(prefix, tuple(values), counts, output)
+
+
+@cache
+def _covered(prefix: tuple[int, ...], values: tuple[int, ...], counts: tuple[int, ...], output: int) -> int:
+    """The longest suffix of blocks the devices (``counts[i]`` of room ``values[i]``) cover."""
+    best = 0
+    for i, count in enumerate(counts):
+        if not count:
+            continue
+        rest = (*counts[:i], count - 1, *counts[i + 1 :])
+        if any(rest):
+            covered = _covered(prefix, values, rest, output)
+            best = max(best, _extend(prefix, covered, values[i]))
+        else:
+            best = max(best, _extend(prefix, 0, values[i] - output))
+    return best
+
+
+def _extend(prefix: tuple[int, ...], covered: int, room: int) -> int:
+    """The suffix covered once a device of ``room`` takes the longest run before ``covered``."""
+    if room < 0:
+        return covered
+    end = len(prefix) - 1 - covered
+    return len(prefix) - 1 - bisect_left(prefix, prefix[end] - room, 0, end + 1)

@@ -15,14 +15,16 @@ Each proof has a name, reported in ``EngineStats.details["proof"]``.
 
 from __future__ import annotations
 
-from layerfit.check import check_layout
+from layerfit.check import check_layout, unified_workers
+from layerfit.domain.base import MiB
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import PlannerConfig
+from layerfit.domain.config import PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.plan import Candidate
 from layerfit.domain.profile import MemoryProfile
-from layerfit.solver.bounds import block_capacity, device_blocks, layer_ceiling
+from layerfit.memory import claims
+from layerfit.solver.bounds import block_capacity, layer_ceiling, remote_gpu_blocks, top_remote_blocks
 from layerfit.solver.candidates import Incumbent, candidate_of
 from layerfit.solver.instance import Instance, SlotKind
 
@@ -43,22 +45,13 @@ def forced_layers(instance: Instance) -> int | None:
 def most_blocks_by_main(instance: Instance) -> dict[int, int]:
     """For each candidate main worker, an upper bound on the blocks any layout with it as main puts
     on GPUs: its own best ``local_slots`` GPUs and the best ``rpc_slots`` GPUs of other workers."""
-    remote = sorted(
-        (
-            (device_blocks(instance, cls.capacity, SlotKind.RPC), cls.worker)
-            for cls in instance.classes
-            if cls.rpc_ok and instance.workers[cls.worker].rpc_ok
-            for _ in range(min(cls.count, instance.rpc_slots))
-        ),
-        reverse=True,
-    )
+    remote = remote_gpu_blocks(instance)
     most: dict[int, int] = {}
     for w, view in enumerate(instance.workers):
         if not view.main_ok:
             continue
-        others = [blocks for blocks, owner in remote if owner != w][: instance.rpc_slots]
         local = block_capacity(instance, w, SlotKind.LOCAL, instance.local_slots)
-        most[w] = min(instance.n_blocks, local + sum(others))
+        most[w] = min(instance.n_blocks, local + top_remote_blocks(remote, instance.rpc_slots, frozenset((w,))))
     return most
 
 
@@ -91,25 +84,40 @@ def single_gpu_answer(
     incumbent: Incumbent | None,
 ) -> tuple[Candidate, ...] | None:
     """The best single-GPU layouts, best first (as many as the answer and its alternatives need),
-    when the incumbent proves the strict tiers: one GPU holding every layer the rules allow."""
+    when the incumbent proves the strict tiers: one GPU holding every layer the rules allow.
+
+    A single device's claim depends only on its worker's memory type, so each class's score is
+    known before any check: classes are tried best score first, and ``check`` decides each."""
     if incumbent is None or incumbent.gpus != 1 or incumbent.layers != layer_ceiling(instance):
         return None
-    shape = incumbent.layout.devices[0]
-    found: list[Candidate] = []
+    workers = {worker.name: worker for worker in cluster.workers}
+    unified = unified_workers(cluster)
+    needs: dict[bool, int] = {}
+    ranked: list[tuple[float, Layout]] = []
     for cls in instance.classes:
         view = instance.workers[cls.worker]
         if not (cls.local_ok and view.main_ok):
             continue
-        device = DeviceAssignment(worker=view.name, gpu_index=cls.gpu_indexes[0], blocks=shape.blocks)
+        device = DeviceAssignment(
+            worker=view.name, gpu_index=cls.gpu_indexes[0], blocks=incumbent.layout.devices[0].blocks
+        )
         layout = Layout(
             main_worker=view.name,
             n_blocks=instance.n_blocks,
             devices=(device,),
             output_offloaded=incumbent.layout.output_offloaded,
         )
+        if view.unified not in needs:
+            needs[view.unified] = claims(profile, layout, unified).devices[0].total_bytes
+        vram = workers[view.name].gpu(device.gpu_index).allocatable_vram_bytes
+        if vram < needs[view.unified]:
+            continue
+        ranked.append((-vram / MiB if config.policy is Policy.BINPACK else (vram - needs[view.unified]) / MiB, layout))
+    ranked.sort(key=lambda entry: entry[0], reverse=True)
+    found: list[Candidate] = []
+    for _score, layout in ranked:
         if not check_layout(cluster, deployment, profile, layout, config):
             found.append(candidate_of(cluster, deployment, profile, config, layout))
-    if not found:  # cannot happen: the incumbent's own class is tried
-        return None
-    found.sort(key=lambda candidate: candidate.score, reverse=True)
-    return tuple(found[: 1 + config.alternatives])
+            if len(found) > config.alternatives:
+                break
+    return tuple(found) or None  # never empty: the incumbent's own class is valid

@@ -36,7 +36,12 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, EngineStats, Status
 from layerfit.domain.profile import MemoryProfile
-from layerfit.solver.bounds import layer_ceiling, multi_worker_candidates, single_worker_layers
+from layerfit.solver.bounds import (
+    layer_ceiling,
+    multi_worker_candidates,
+    single_worker_layers,
+    single_worker_ordered_layers,
+)
 from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_of, tier_key
 from layerfit.solver.decode import decision_values
@@ -53,7 +58,7 @@ CEILING_SEARCH = "ceiling-search"
 """Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
 HINT_TIME_FRACTION = 0.1
 """Share of the remaining time a hint completion may use."""
-MIN_ALTERNATIVE_TIME_S = 0.05
+MIN_ALTERNATIVE_TIME_S = 0.25
 """Alternatives share a budget: the time the answer took so far, at least this."""
 MIN_TIE_BREAK_TIME_S = 1.0
 """The tie-break may take as long as the strict tiers took, at least this (within the limit)."""
@@ -275,7 +280,9 @@ def _single_worker_search(
         mains = frozenset(
             w
             for w, view in enumerate(instance.workers)
-            if view.main_ok and single_worker_layers(instance, w, k) >= ceiling
+            if view.main_ok
+            and single_worker_layers(instance, w, k) >= ceiling
+            and single_worker_ordered_layers(instance, w, k, ceiling) >= ceiling
         )
         if not mains:
             continue
