@@ -34,7 +34,7 @@ from layerfit.errors import SolverError
 from layerfit.memory import claims, make_layout
 from layerfit.solver import SolveResult, layout_is_feasible_in_model, solve
 from layerfit.solver import runner as solver_runner
-from layerfit.solver.bounds import device_blocks
+from layerfit.solver.bounds import device_blocks, ordered_layers
 from layerfit.solver.instance import SlotKind, build_instance
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.scale import MAX_SCALED, choose_scale
@@ -514,6 +514,18 @@ def test_device_blocks_counts_contiguous_runs() -> None:
     instance = build_instance(cluster(worker("a", 250, 450, 800)), deployment(UNEVEN), UNEVEN, CONFIG)
     scaled = [instance.scale.capacity(size) for size in (99, 250, 450, 800)]
     assert [device_blocks(instance, capacity, SlotKind.LOCAL) for capacity in scaled] == [0, 1, 2, 4]
+
+
+def test_ordered_layers_is_tighter_than_per_device_runs_with_uneven_blocks() -> None:
+    # Blocks 300, 100, 100, 300: a 200 room holds the two light blocks, a 400 room a light and a
+    # heavy one, so per-device runs add up to all 4 blocks; in llama.cpp's contiguous order the
+    # 400 device takes the last two blocks, the 200 device one more, and block 0 stays: 3 blocks.
+    profile = MemoryProfile(block_weight_bytes=(300, 100, 100, 300), block_kv_bytes=(0, 0, 0, 0))
+    instance = build_instance(cluster(worker("a", 400, 200)), deployment(profile), profile, CONFIG)
+    rooms = tuple(instance.scale.capacity(size) for size in (200, 400))
+    per_device = sum(device_blocks(instance, instance.scale.capacity(size), SlotKind.LOCAL) for size in (200, 400))
+    assert per_device == 4
+    assert ordered_layers(instance, rooms) == 3 + 1  # three blocks and the output layer (free here)
 
 
 def test_dominated_workers_are_pruned_beyond_what_a_layout_can_use() -> None:

@@ -76,24 +76,41 @@ def top_remote_blocks(remote: tuple[tuple[int, int], ...], gpus: int, without: f
     return sum([blocks for blocks, owner in remote if owner not in without][:gpus])
 
 
-def multi_worker_candidates(instance: Instance, workers: int, ceiling: int) -> tuple[frozenset[int], frozenset[int]]:
+def most_remote_gpus(instance: Instance, rpc_workers: frozenset[int], servers: int) -> int:
+    """The most RPC slots ``servers`` of these workers can fill: their largest GPU counts."""
+    counts = sorted(
+        (
+            sum(instance.classes[c].count for c in instance.workers[w].classes if instance.classes[c].rpc_ok)
+            for w in rpc_workers
+        ),
+        reverse=True,
+    )
+    return min(instance.rpc_slots, sum(counts[:servers]))
+
+
+def multi_worker_candidates(
+    instance: Instance, workers: int, ceiling: int, gpus: int | None = None
+) -> tuple[frozenset[int], frozenset[int]]:
     """Main workers and rpc-server workers that can be part of a layout with ``workers`` workers
     reaching ``ceiling`` GPU layers, by the capacity bound above (the output layer adds one): the
-    other workers give at most their best workers' blocks, and at most ``rpc_slots`` GPUs."""
+    other workers give at most their best workers' blocks, and at most ``rpc_slots`` GPUs. With
+    ``gpus``, for layouts of that many GPUs (each rpc-server worker has at least one)."""
     n = instance.n_blocks
+    rpc_slots = instance.rpc_slots if gpus is None else min(instance.rpc_slots, gpus)
+    local_slots = instance.local_slots if gpus is None else min(instance.local_slots, gpus - (workers - 1))
     local = {
-        w: block_capacity(instance, w, SlotKind.LOCAL, instance.local_slots)
+        w: block_capacity(instance, w, SlotKind.LOCAL, local_slots)
         for w, view in enumerate(instance.workers)
         if view.main_ok
     }
     remote = {
-        w: block_capacity(instance, w, SlotKind.RPC, instance.rpc_slots)
+        w: block_capacity(instance, w, SlotKind.RPC, rpc_slots)
         for w, view in enumerate(instance.workers)
         if view.rpc_ok
     }
     remote = {w: blocks for w, blocks in remote.items() if blocks > 0}
     ranked = sorted(remote.values(), reverse=True)
-    gpus = remote_gpu_blocks(instance)
+    remote_list = remote_gpu_blocks(instance)
 
     def top(count: int, without: int) -> int:
         """The ``count`` largest RPC capacities, leaving out ``without``'s own once."""
@@ -104,17 +121,16 @@ def multi_worker_candidates(instance: Instance, workers: int, ceiling: int) -> t
 
     def others(count: int, slots: int, without: int) -> int:
         """What ``count`` workers besides ``without`` hold on at most ``slots`` RPC GPUs."""
-        return min(top(count, without), top_remote_blocks(gpus, slots, frozenset((without,))))
+        return min(top(count, without), top_remote_blocks(remote_list, slots, frozenset((without,))))
 
     best_local = max(local.values(), default=-1)
     mains = frozenset(
-        w for w, blocks in local.items() if min(n, blocks + others(workers - 1, instance.rpc_slots, w)) + 1 >= ceiling
+        w for w, blocks in local.items() if min(n, blocks + others(workers - 1, rpc_slots, w)) + 1 >= ceiling
     )
     rpc = frozenset(
         v
         for v, blocks in remote.items()
-        if best_local >= 0
-        and min(n, blocks + best_local + others(workers - 2, instance.rpc_slots - 1, v)) + 1 >= ceiling
+        if best_local >= 0 and min(n, blocks + best_local + others(workers - 2, rpc_slots - 1, v)) + 1 >= ceiling
     )
     return mains, rpc
 

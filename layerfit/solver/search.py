@@ -38,6 +38,7 @@ from layerfit.domain.plan import Candidate, EngineStats, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.solver.bounds import (
     layer_ceiling,
+    most_remote_gpus,
     multi_worker_candidates,
     single_worker_layers,
     single_worker_ordered_layers,
@@ -324,7 +325,10 @@ def _multi_worker_search(
     if not mains or len(rpc) < workers - 1:
         return Status.INFEASIBLE
     candidates = instance.restricted(
-        rpc_slots=instance.rpc_slots, local_slots=instance.local_slots, mains=mains, rpc_workers=rpc
+        rpc_slots=most_remote_gpus(instance, rpc, workers - 1),
+        local_slots=instance.local_slots,
+        mains=mains,
+        rpc_workers=rpc,
     )
     built = build_model(prune_dominated(candidates, others=workers - 1))
     tiers = strict_tiers(built.instance, built.variables)
@@ -349,7 +353,14 @@ def _multi_worker_search(
         bound=float(strict_value(instance, ceiling, workers, math.ceil(result.bound))),
         ranks_tie_break=False,
     )
-    return _tie_break_stage(candidates, outcome, config, clock, trace) if outcome.strict_proven else outcome
+    if not outcome.strict_proven:
+        return outcome
+    # The tie-break needs only the workers that can take part in a layout of ``gpus`` GPUs.
+    mains, rpc = multi_worker_candidates(candidates, workers, ceiling, gpus=gpus)
+    narrow = candidates.restricted(
+        rpc_slots=candidates.rpc_slots, local_slots=candidates.local_slots, mains=mains, rpc_workers=rpc
+    )
+    return _tie_break_stage(narrow, outcome, config, clock, trace)
 
 
 def _general_search(

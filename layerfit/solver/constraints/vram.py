@@ -16,9 +16,13 @@ from layerfit.solver.variables import Expr, SlotVars, Variables
 
 
 def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
-    block_costs = [_blocks_cost(model, instance, slot) for slot in variables.slots]
-    if instance.costs.uniform_block is None and variables.slots:
-        _offloaded_total(model, instance, variables, block_costs)
+    costs = instance.costs
+    if costs.uniform_block is None and costs.block_prefix_up == costs.block_prefix_down:
+        block_costs = _chained_costs(model, instance, variables)
+    else:
+        block_costs = [_blocks_cost(model, instance, slot) for slot in variables.slots]
+        if costs.uniform_block is None and variables.slots:
+            _offloaded_total(model, instance, variables, block_costs)
     for slot, blocks_cost in zip(variables.slots, block_costs, strict=True):
         fixed = sum(instance.costs.device[kind] * chosen for kind, chosen in slot.device_kind.items())
         first = 0 if slot.first_full is None else instance.costs.first_device * slot.first_full
@@ -43,6 +47,25 @@ def _offloaded_total(
     kept = model.new_int_var(0, prefix[-1], "gpu_prefix_at_cpu_blocks")
     model.add_element(variables.cpu_blocks, prefix, kept)
     model.add(sum(block_costs) >= prefix[-1] - kept)
+
+
+def _chained_costs(model: cp_model.CpModel, instance: Instance, variables: Variables) -> list[Expr]:
+    """Block costs when one prefix table serves both ends (exact scaling): a slot ends where the
+    next one starts, so one element constraint per slot end (and one at ``cpu_blocks``) gives every
+    difference; the costs telescope to the offloaded total without a redundant row."""
+    prefix = instance.costs.block_prefix_up
+    n = instance.n_blocks
+    previous: Expr = model.new_int_var(0, prefix[-1], "prefix_at_cpu_blocks")
+    model.add_element(variables.cpu_blocks, prefix, previous)
+    costs: list[Expr] = []
+    for slot in variables.slots:
+        end = model.new_int_var(0, n, f"{slot.name}_end")
+        model.add(end == slot.start + slot.blocks)
+        at_end = model.new_int_var(0, prefix[-1], f"{slot.name}_prefix_end")
+        model.add_element(end, prefix, at_end)
+        costs.append(at_end - previous)
+        previous = at_end
+    return costs
 
 
 def _blocks_cost(model: cp_model.CpModel, instance: Instance, slot: SlotVars) -> Expr:
