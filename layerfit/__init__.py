@@ -48,6 +48,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "Claims",
     "Cluster",

@@ -26,6 +26,11 @@ def first_expert_blocks(profile: MemoryProfile, count: int) -> tuple[int, ...]:
     return profile.expert_blocks[:count]
 
 
+def expertless_blocks(profile: MemoryProfile) -> tuple[int, ...]:
+    """Blocks without expert tensors (all of a dense model's; a MoE model's leading dense blocks)."""
+    return tuple(sorted(set(range(profile.n_blocks)) - set(profile.expert_blocks)))
+
+
 def _partial_always(buffer: ComputeBuffer) -> ComputeBuffer:
     size = buffer.partial_offload_bytes
     return ComputeBuffer(full_offload_bytes=size, partial_offload_bytes=size, multi_device_bytes=size)

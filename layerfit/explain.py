@@ -52,6 +52,8 @@ class ExplainBudget:
         if self.deadline.expired():
             self.truncated = True
         return not self.deadline.expired()
+
+
 ProfileFunction = Callable[[Deployment], MemoryProfile]
 
 _CAPACITY = {ReasonKind.INSUFFICIENT_VRAM, ReasonKind.INSUFFICIENT_RAM, ReasonKind.INSUFFICIENT_UNIFIED_MEMORY}

@@ -8,14 +8,16 @@ llama.cpp does not re-fit what was decided here. Device names follow ggml: ``CUD
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
+from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.plan import Command
 from layerfit.errors import InputError
+from layerfit.expert_launch import expert_args
 from layerfit.memory import gpu_layers_flag, tensor_split_counts
 
 _BACKEND_NAMES = {
@@ -66,8 +68,14 @@ def server_command(
     *,
     program: str = "llama-server",
     extra_args: tuple[str, ...] = (),
+    expertless_blocks: Collection[int] = (),
 ) -> Command:
-    """The ``llama-server`` command on the main worker that reproduces ``layout`` exactly."""
+    """The ``llama-server`` command on the main worker that reproduces ``layout`` exactly.
+
+    Experts kept on the host get ``--n-cpu-moe``/``-ot`` (``expertless_blocks``: blocks without
+    expert tensors, which ``--n-cpu-moe`` may cover); the user's own tensor overrides are passed on
+    as given instead (the layout then follows them).
+    """
     main = cluster.worker(layout.main_worker)
     argv: list[str] = ["-m", model_path, *params.to_args(), "-ngl", str(gpu_layers_flag(layout))]
     if not layout.devices:
@@ -78,6 +86,8 @@ def server_command(
         argv += ["--device", ",".join(llama_device_names(cluster, layout))]
         if endpoints:
             argv += ["--rpc", ",".join(endpoints)]
+    if not expert_flags(params).given:
+        argv += expert_args(layout, expertless_blocks)
     argv += ["--fit", "off", *extra_args]
     return Command(worker=main.name, program=program, argv=tuple(argv))
 
@@ -99,6 +109,7 @@ def commands(
     config: PlannerConfig = PlannerConfig(),
     *,
     programs: Mapping[str, str] | None = None,
+    expertless_blocks: Collection[int] = (),
 ) -> tuple[Command, ...]:
     """RPC servers first (they must be up before the main process connects), then ``llama-server``."""
     names = {"server": "llama-server", "rpc": "rpc-server", **(programs or {})}
@@ -110,4 +121,7 @@ def commands(
         rpc_server_command(cluster, device, int(endpoint.rsplit(":", 1)[1]), program=names["rpc"])
         for device, endpoint in zip(layout.rpc_devices, endpoints, strict=True)
     )
-    return (*rpc, server_command(cluster, layout, model_path, params, config, program=names["server"]))
+    server = server_command(
+        cluster, layout, model_path, params, config, program=names["server"], expertless_blocks=expertless_blocks
+    )
+    return (*rpc, server)

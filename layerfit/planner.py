@@ -14,7 +14,7 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
-from layerfit.experts import attach, engine_blocks, profile_with_host_experts
+from layerfit.experts import attach, engine_blocks, expertless_blocks, profile_with_host_experts
 from layerfit.launch import commands
 from layerfit.memory import claims
 from layerfit.usage import use_of
@@ -69,7 +69,14 @@ def evaluate(
         reasons=reasons,
         messages=tuple(reason.message for reason in reasons),
         stats=(stats,),
-        commands=commands(cluster, layout, model_path(deployment), deployment.params, config),
+        commands=commands(
+            cluster,
+            layout,
+            model_path(deployment),
+            deployment.params,
+            config,
+            expertless_blocks=expertless_blocks(profile),
+        ),
         **use_of(cluster, layout, candidate.claims),
     )
 
@@ -138,7 +145,14 @@ def plan(
         alternatives=tuple(alternatives),
         reasons=tuple(reason for reason in quick.reasons if reason.severity is not Severity.ERROR),
         stats=stats,
-        commands=commands(cluster, best.layout, model_path(deployment), deployment.params, config),
+        commands=commands(
+            cluster,
+            best.layout,
+            model_path(deployment),
+            deployment.params,
+            config,
+            expertless_blocks=expertless_blocks(profile),
+        ),
         **use_of(cluster, best.layout, best.claims),
     )
 

@@ -120,3 +120,5 @@ def test_user_overrides_are_planned_and_named_in_the_layout() -> None:
     assert result.best.claims.devices[0].total_bytes == 1190
     assert result.best.claims.workers[0].expert_bytes == 600
     assert check(cluster, deployment, result, profile) == ()
+    argv = result.commands[-1].argv
+    assert argv[argv.index("--n-cpu-moe") + 1] == "2"
