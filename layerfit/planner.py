@@ -14,7 +14,7 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
-from layerfit.experts import attach, engine_blocks, expertless_blocks, profile_with_host_experts
+from layerfit.experts import attach, expertless_blocks, profile_with_host_experts
 from layerfit.launch import commands
 from layerfit.memory import claims
 from layerfit.usage import use_of
@@ -106,13 +106,13 @@ def plan(
     ``benchmarks/time_bounds.py`` for measured figures). A stage that hit its limit says so in its
     ``EngineStats`` (``truncated`` in the heuristic's and explain's details, the solver's status).
     """
-    from layerfit import heuristics, solver
+    from layerfit import solver
+    from layerfit.heuristics.moe import plan_with_experts
 
     deadline = Deadline.after(config.time_limit_s).earlier(deadline)
     profile = profile if profile is not None else resolve_profile(deployment)
-    fixed = engine_blocks(profile)
+    quick, fixed = plan_with_experts(cluster, deployment, config, profile, deadline=deadline.share(HEURISTIC_SHARE))
     engine_profile = profile_with_host_experts(profile, fixed)
-    quick = heuristics.plan(cluster, deployment, config, engine_profile, deadline=deadline.share(HEURISTIC_SHARE))
     if deadline.expired():
         result = _solver_skipped(deployment)
     else:

@@ -33,5 +33,9 @@ class PlannerConfig(Frozen):
     seed: NonNegInt = 0
     alternatives: NonNegInt = 3
     """Equally good alternative layouts to return besides the best one."""
+    expert_offload: bool = True
+    """MoE models: keep the experts of some GPU blocks in host RAM (llama.cpp's ``--n-cpu-moe``)
+    before offloading whole layers. ``False``: GPUStack's original strategy order, experts always
+    with their blocks."""
     rpc_port_base: PosInt = 50052
     """rpc-server ports: base, base+1, ... per server on a worker."""

@@ -9,7 +9,7 @@ endpoint (``RPC[127.0.0.1:50052]``); every host-side buffer type (``CPU``, ``CPU
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from gguf import GGMLQuantizationType
 from pydantic import Field
@@ -182,7 +182,13 @@ def _on_host(tensor: TensorInfo, layout: Layout) -> bool:
 
 
 def reported_host_weight_offset(
-    header: GgufHeader, layout: Layout, *, repack: bool, projection: bool, mmap: bool
+    header: GgufHeader,
+    layout: Layout,
+    *,
+    repack: bool,
+    projection: bool,
+    mmap: bool,
+    overridden: Collection[str] = (),
 ) -> int:
     """What llama.cpp's host ``model`` figure adds to the weights the host really holds (bytes).
 
@@ -190,9 +196,11 @@ def reported_host_weight_offset(
     so it also spans tensors that went to a GPU (``output.weight`` often sits between
     ``token_embd`` and ``blk.0``). A CPU build (``repack``) copies Q4_0/Q4_K tensors it keeps
     into ``CPU_REPACK``, outside that range; ``llama-fit-params`` (``projection``) leaves the
-    repacked copies out of its ``Host`` figure.
+    repacked copies out of its ``Host`` figure. ``overridden`` names tensors that tensor overrides
+    keep on the host although their block is on a GPU.
     """
-    host = [t for t in header.tensors if _on_host(t, layout)]
+    kept = frozenset(overridden)
+    host = [t for t in header.tensors if t.name in kept or _on_host(t, layout)]
     logical = sum(t.n_bytes for t in host)
     repacked = [t for t in host if repack and _repacked(t)]
     plain = [t for t in host if t not in repacked]

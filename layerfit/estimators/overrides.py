@@ -22,6 +22,8 @@ class HostOverrides:
 
     block_bytes: tuple[int, ...]
     warnings: tuple[str, ...]
+    tensors: tuple[str, ...] = ()
+    """The block tensors kept on the host, in file order."""
 
     @property
     def blocks(self) -> tuple[int, ...]:
@@ -39,6 +41,7 @@ def resolve(shape: ModelShape, flags: ExpertFlags) -> HostOverrides:
     patterns = [(flag, text, compile_pattern(flag, text)) for flag, text in flags.patterns()]
     matched = [False] * len(patterns)
     host = [0] * shape.block_count
+    kept: list[str] = []
     for name, size in shape.tensor_sizes:
         hit = next((k for k, (_, _, pattern) in enumerate(patterns) if pattern.search(name)), None)
         if hit is None:
@@ -47,6 +50,7 @@ def resolve(shape: ModelShape, flags: ExpertFlags) -> HostOverrides:
         block = BLOCK_PREFIX.match(name)
         if block is not None and int(block[1]) < shape.block_count:
             host[int(block[1])] += size
+            kept.append(name)
         elif name.startswith(OUTPUT_PREFIXES):
             flag, text, _ = patterns[hit]
             raise InputError(flag, f"{text!r} keeps output tensor {name} on the host: not modelled")
@@ -55,4 +59,4 @@ def resolve(shape: ModelShape, flags: ExpertFlags) -> HostOverrides:
         for (flag, text, _), hit in zip(patterns, matched, strict=True)
         if not hit and flag not in N_CPU_MOE_FLAGS
     )
-    return HostOverrides(block_bytes=tuple(host), warnings=warnings)
+    return HostOverrides(block_bytes=tuple(host), warnings=warnings, tensors=tuple(kept))

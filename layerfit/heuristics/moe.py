@@ -1,0 +1,94 @@
+"""The MoE stage: llama.cpp's fit for mixture-of-experts models, between full and partial offload.
+
+When GPUStack's full-offload strategies find no layout with every layer on GPUs, a MoE model
+keeps the experts of some blocks in host RAM instead (``--n-cpu-moe``): every block's dense part
+on the GPUs, the experts of the first ``k`` expert blocks on the host, ``k`` as small as fits (a
+bisection over ``k``, each step GPUStack's strategies over the stand-in profile of
+``layerfit.experts``; a scan upwards when ``--cpu-moe`` itself overflows host RAM). Only when even
+``--cpu-moe`` leaves layers on the host does layer-level partial offload follow, with the experts
+where they give the most layers on GPUs.
+
+Off (GPUStack's order, experts always with their blocks) with ``PlannerConfig.expert_offload``
+false, for dense models, without CPU offloading, and when the user's own tensor overrides fix the
+experts (they are planned as given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from layerfit.deadline import Deadline
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.plan import Plan
+from layerfit.domain.profile import MemoryProfile
+from layerfit.experts import engine_blocks, first_expert_blocks, profile_with_host_experts
+from layerfit.heuristics.selector import plan
+
+
+def wanted_gpu_layers(deployment: Deployment, profile: MemoryProfile) -> int:
+    """Layers on GPUs the deployment asks for: all of them, or its ``--n-gpu-layers``."""
+    asked = deployment.params.n_gpu_layers
+    return profile.n_layers if asked is None else min(asked, profile.n_layers)
+
+
+def _gpu_layers(result: Plan) -> int:
+    return -1 if result.best is None else result.best.layout.gpu_layers
+
+
+def plan_with_experts(
+    cluster: Cluster,
+    deployment: Deployment,
+    config: PlannerConfig,
+    profile: MemoryProfile,
+    *,
+    deadline: Deadline | None = None,
+) -> tuple[Plan, tuple[int, ...]]:
+    """GPUStack's strategies with the MoE stage; the plan (over the stand-in profile) and the blocks
+    whose experts it keeps on the host."""
+    fixed = engine_blocks(profile)
+    if profile.fixed_host_experts is not None or not (
+        profile.is_moe and config.expert_offload and deployment.cpu_offloading
+    ):
+        return plan(cluster, deployment, config, profile_with_host_experts(profile, fixed), deadline=deadline), fixed
+    wanted = wanted_gpu_layers(deployment, profile)
+
+    def attempt(count: int) -> tuple[Plan, tuple[int, ...]]:
+        blocks = first_expert_blocks(profile, count)
+        return plan(cluster, deployment, config, profile_with_host_experts(profile, blocks), deadline=deadline), blocks
+
+    base = attempt(0)
+    if _gpu_layers(base[0]) >= wanted:
+        return base
+    everything = attempt(len(profile.expert_blocks))
+    if _gpu_layers(everything[0]) >= wanted:
+        return _fewest(attempt, len(profile.expert_blocks), everything, wanted, deadline)
+    # host RAM may be what --cpu-moe overflows: fewer experts on the host may still fit
+    for count in range(1, len(profile.expert_blocks)):
+        if deadline is not None and deadline.expired():
+            break
+        found = attempt(count)
+        if _gpu_layers(found[0]) >= wanted:
+            return found
+    return everything if _gpu_layers(everything[0]) > _gpu_layers(base[0]) else base
+
+
+def _fewest(
+    attempt: Callable[[int], tuple[Plan, tuple[int, ...]]],
+    fits: int,
+    best: tuple[Plan, tuple[int, ...]],
+    wanted: int,
+    deadline: Deadline | None,
+) -> tuple[Plan, tuple[int, ...]]:
+    """Bisection for the fewest expert blocks on the host that still give ``wanted`` GPU layers
+    (0 is known to miss, ``fits`` to fit)."""
+    misses = 0
+    while fits - misses > 1 and not (deadline is not None and deadline.expired()):
+        middle = (fits + misses) // 2
+        found = attempt(middle)
+        if _gpu_layers(found[0]) >= wanted:
+            fits, best = middle, found
+        else:
+            misses = middle
+    return best
