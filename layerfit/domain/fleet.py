@@ -130,11 +130,43 @@ class FleetConfig(Frozen):
     seed: NonNegInt = 0
     num_search_workers: NonNegInt = 0
     """CP-SAT workers for the master problem; 0 = one per core."""
+    column_generation: bool = True
+    """Price new layouts for every deployment against the master's LP duals (column generation):
+    better columns, and a bound on the first two tiers over all layouts, not only the candidates."""
+    column_generation_share: float = Field(default=0.5, gt=0, le=1)
+    """Share of ``time_limit_s`` column generation may take before the integer master."""
+    pricing_time_limit_s: float = Field(default=2.0, gt=0)
+    """CP-SAT time limit of one pricing problem; a problem cut short still gives a valid bound."""
+    max_pricing_rounds: NonNegInt = 30
+    """Rounds of LP and pricing per tier at most."""
     sequential_seed: Policy | None = Policy.SPREAD
     """Also place the deployments one at a time (GPUStack's way, with this placement policy) and start
     from that solution, so the joint plan is never behind it; ``None`` skips it."""
     progress: bool = False
     """Print solver progress to standard error."""
+
+
+class TierBound(Frozen):
+    """How far the plan can be from the best possible on one tier."""
+
+    tier: str
+    value: int
+    """The plan's value on this tier."""
+    bound: float
+    """No plan beats this; for the layers tier: no plan that places at least ``placed_floor``
+    (the plan's own priority weight, so the best plan overall is among them)."""
+    gap: float
+    """``(bound - value) / max(1, |bound|)``; 0 when the tier is proven optimal."""
+    over: Literal["all layouts", "candidates"]
+    """``all layouts``: from column generation, priced over every valid layout of every deployment;
+    ``candidates``: the master's own bound, relative to the candidate layouts only."""
+    closed: bool = False
+    """Column generation left no column with a positive reduced cost (the LP over all layouts)."""
+    placed_floor: int = 0
+    rounds: NonNegInt = 0
+    """Rounds of LP and pricing."""
+    columns_added: NonNegInt = 0
+    """Layouts pricing added to the candidates."""
 
 
 class FleetPlan(Frozen):
@@ -158,6 +190,9 @@ class FleetPlan(Frozen):
     """Relative distance between the solution and the bound of the first tier not proven optimal."""
     gap_tier: str | None = None
     """That tier (earlier tiers are proven); ``None`` when every tier is proven."""
+    bounds: tuple[TierBound, ...] = ()
+    """Bound and gap per tier where one is known: over all layouts with column generation (the
+    priority-weighted placement and layers tiers), else over the candidates."""
     stats: tuple[EngineStats, ...] = ()
 
     def replicas(self, change: ReplicaChange) -> tuple[ReplicaRef, ...]:

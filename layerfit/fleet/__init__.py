@@ -8,12 +8,18 @@ One module per stage:
   candidate ``c``, capacities per GPU and per worker; ``greedy`` gives its first solution.
 * ``tiers``: the objective tiers solved in order (priority weight placed, layers on GPUs, replicas
   kept in place, GPUs and workers used), each fixing the previous optimum.
+* ``pricing``: the single-deployment CP-SAT model (same memory model, same rules) priced with dual
+  prices on every GPU, worker and pool: the layout with the best reduced cost over all layouts.
+* ``colgen``: column generation, the master's LP relaxation (GLOP) and pricing in rounds; new
+  columns join the candidates, and every round gives a bound over all layouts (priority-weighted
+  placement tier, and layers tier among plans that place as much).
 * ``moves``: replica numbers and the order of stops and starts from the current placement.
 * ``plan``: ``plan_fleet`` and ``choose``, putting the stages together; ``sequential``: the
   one-at-a-time baseline (GPUStack's way) that also seeds the joint plan.
 
-Optimality is relative to the candidate set: a layout no generator proposes is never chosen. The
-reported gap is the master's own (bound vs. objective of the stage that stopped early).
+``FleetPlan.gap`` is the master's own (relative to its columns); ``FleetPlan.bounds`` gives the
+first two tiers' bounds and gaps, over all layouts with column generation (``FleetConfig.
+column_generation``, on by default), else over the candidates.
 """
 
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement

@@ -48,24 +48,33 @@ def mib_up(n_bytes: int) -> int:
     return -(-n_bytes // MiB)
 
 
-def claim_takes(cluster: Cluster, claims: Claims) -> Takes:
-    """The MiB (rounded up) a layout's claims take from each GPU and each worker's RAM or pool."""
-    takes: Takes = [((device.worker, device.gpu_index), mib_up(device.total_bytes)) for device in claims.devices]
+def claim_bytes(cluster: Cluster, claims: Claims) -> list[tuple[ResourceKey, int]]:
+    """The bytes a layout's claims take from each GPU and each worker's RAM (or unified pool)."""
+    taken: list[tuple[ResourceKey, int]] = [((d.worker, d.gpu_index), d.total_bytes) for d in claims.devices]
     for worker_claim in claims.workers:
         unified = cluster.worker(worker_claim.worker).unified_memory
-        need = worker_claim.pool_bytes if unified else worker_claim.ram_bytes
-        takes.append((worker_claim.worker, mib_up(need)))
-    return takes
+        taken.append((worker_claim.worker, worker_claim.pool_bytes if unified else worker_claim.ram_bytes))
+    return taken
+
+
+def capacity_bytes(cluster: Cluster) -> dict[ResourceKey, int]:
+    """Allocatable VRAM per GPU and RAM (or pool) per worker."""
+    capacity: dict[ResourceKey, int] = {}
+    for worker in cluster.workers:
+        for gpu in worker.gpus:
+            capacity[(worker.name, gpu.index)] = gpu.allocatable_vram_bytes
+        capacity[worker.name] = worker.allocatable_ram_bytes
+    return capacity
+
+
+def claim_takes(cluster: Cluster, claims: Claims) -> Takes:
+    """The MiB (rounded up) a layout's claims take from each GPU and each worker's RAM or pool."""
+    return [(key, mib_up(n_bytes)) for key, n_bytes in claim_bytes(cluster, claims)]
 
 
 def capacities_mib(cluster: Cluster) -> dict[ResourceKey, int]:
     """Allocatable VRAM per GPU and RAM (or pool) per worker, in MiB rounded down."""
-    capacity: dict[ResourceKey, int] = {}
-    for worker in cluster.workers:
-        for gpu in worker.gpus:
-            capacity[(worker.name, gpu.index)] = gpu.allocatable_vram_bytes // MiB
-        capacity[worker.name] = worker.allocatable_ram_bytes // MiB
-    return capacity
+    return {key: n_bytes // MiB for key, n_bytes in capacity_bytes(cluster).items()}
 
 
 class Master:

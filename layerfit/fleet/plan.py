@@ -9,17 +9,26 @@ from collections.abc import Mapping, Sequence
 from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
-from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, PlacedReplica, ReplicaRef, UnplacedReplica
+from layerfit.domain.fleet import (
+    Fleet,
+    FleetConfig,
+    FleetPlan,
+    PlacedReplica,
+    ReplicaRef,
+    TierBound,
+    UnplacedReplica,
+)
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, CandidateTask, candidates_task, valid_candidates
+from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier_bound, trivial_bounds
 from layerfit.fleet.executors import run_tasks
-from layerfit.fleet.master import Master
+from layerfit.fleet.master import Master, priority_weights
 from layerfit.fleet.moves import assign_replicas, order_moves
 from layerfit.fleet.sequential import heuristic_layout, plan_sequential, resolve_profiles
-from layerfit.fleet.tiers import solve_tiers
+from layerfit.fleet.tiers import TIER_NAMES, TierOutcome, solve_tiers
 from layerfit.memory import claims as compute_claims
 
 
@@ -114,7 +123,10 @@ def plan_fleet(
     candidates = run_tasks(candidates_task, _candidate_tasks(fleet, profiles, config, planner_config), config)
     candidates, seed = _with_sequential_seed(fleet, profiles, candidates, config, planner_config)
     generation_s = time.perf_counter() - started
-    result = choose(fleet, profiles, candidates, config, planner_config, seed)
+    if config.column_generation:
+        result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed)
+    else:
+        result = choose(fleet, profiles, candidates, config, planner_config, seed)
     stats = result.stats[0].model_copy(
         update={
             "wall_time_s": time.perf_counter() - started,
@@ -122,6 +134,57 @@ def plan_fleet(
         }
     )
     return result.model_copy(update={"stats": (stats,)})
+
+
+def _with_column_generation(
+    fleet: Fleet,
+    profiles: Mapping[str, MemoryProfile],
+    candidates: Sequence[CandidateSet],
+    config: FleetConfig,
+    planner_config: PlannerConfig,
+    seed: Sequence[tuple[str, Layout]],
+) -> FleetPlan:
+    """Column generation on the placement tier, the integer master over all columns, column
+    generation on the layers tier (floor: the plan's placed weight), and the master again when
+    that added columns and time is left. The bounds hold over all layouts."""
+    started = time.perf_counter()
+    limit = config.time_limit_s
+    share = limit * config.column_generation_share
+    weights = priority_weights(fleet.deployments)
+    trivial_placed, trivial_layers = trivial_bounds(fleet.deployments, profiles, weights)
+    cg = ColumnGeneration(fleet.cluster, fleet.deployments, profiles, candidates, weights, config, planner_config)
+    placed_bound = cg.run(PLACED, started + share * 0.6, trivial_placed)
+    # The master gets all the time left but what the layers tier's column generation may take.
+    master_limit = max(0.1, limit - (time.perf_counter() - started) - share * 0.4)
+
+    def master(time_limit_s: float, start: Sequence[tuple[str, Layout]]) -> FleetPlan:
+        limited = config.model_copy(update={"time_limit_s": time_limit_s})
+        return choose(fleet, profiles, cg.candidate_sets(), limited, planner_config, start)
+
+    plan = master(master_limit, seed)
+    floor = plan.objective[0] if plan.objective else 0
+    layers_bound = cg.run(LAYERS, time.perf_counter() + share * 0.4, trivial_layers, placed_floor=floor)
+    left = limit - (time.perf_counter() - started)
+    if layers_bound.columns_added and left > 0.5:
+        again = master(left, [(p.deployment, p.layout) for p in plan.placements])
+        if again.objective >= plan.objective:
+            plan = again
+    values = plan.objective
+    bounds = (
+        tier_bound(placed_bound, values[0] if values else 0),
+        tier_bound(layers_bound, values[1] if len(values) > 1 else 0),
+    )
+    stats = plan.stats[0].model_copy(
+        update={
+            "details": {
+                **plan.stats[0].details,
+                "pricing_rounds": placed_bound.rounds + layers_bound.rounds,
+                "columns_added": cg.added,
+                "pricing_groups": len(cg.groups),
+            }
+        }
+    )
+    return plan.model_copy(update={"bounds": bounds, "stats": (stats,)})
 
 
 def _replicas(
@@ -208,7 +271,16 @@ def choose(
         objective=outcome.values,
         gap=outcome.gap,
         gap_tier=outcome.gap_tier,
+        bounds=candidate_bounds(outcome),
         stats=(stats,),
+    )
+
+
+def candidate_bounds(outcome: TierOutcome) -> tuple[TierBound, ...]:
+    """The master's own bounds on the first two tiers: relative to the candidates only."""
+    return tuple(
+        TierBound(tier=name, value=value, bound=bound, gap=gap_of(value, bound), over="candidates")
+        for name, value, bound in zip(TIER_NAMES[:2], outcome.values, outcome.master_bounds, strict=False)
     )
 
 

@@ -30,13 +30,23 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
 
 
 def _main_ram(model: cp_model.CpModel, instance: Instance, variables: Variables) -> Expr:
+    expression = main_ram_expression(model, instance, variables)
+    _host_kind(model, variables)
+    return expression
+
+
+def main_ram_expression(model: cp_model.CpModel, instance: Instance, variables: Variables) -> Expr:
+    """The main worker's RAM claim (scaled): its host kind's fixed cost and the kept blocks.
+
+    Posts no constraint of its own (an element variable when blocks differ in size), so callers
+    such as the fleet's pricing can price the claim of a model whose constraints are posted.
+    """
     costs = instance.costs
     if costs.uniform_host_block is not None:
         kept: Expr = costs.uniform_host_block * variables.cpu_blocks
     else:
         kept = model.new_int_var(0, costs.host_prefix_up[-1], "host_kept_blocks")
         model.add_element(variables.cpu_blocks, costs.host_prefix_up, kept)
-    _host_kind(model, variables)
     fixed = sum(costs.host[kind] * chosen for kind, chosen in variables.host_kind.items())
     return fixed + kept
 

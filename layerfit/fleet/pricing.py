@@ -1,0 +1,213 @@
+"""Pricing: the layout of one deployment with the best reduced cost, over every valid layout.
+
+Given dual prices on each GPU's VRAM, each worker's RAM and each unified pool (per MiB), and a
+value per layer on GPUs, the single-deployment CP-SAT model (``layerfit.solver``: the same memory
+model, the same hard rules) is solved with the objective
+
+    maximise  layer_value * gpu_layers - sum of price * claim over every GPU and worker.
+
+A claim's price is linear in the model's variables: a GPU's claim is the need of the slot that
+holds it, a worker's the main process's RAM when it is main, its rpc-servers' RAM and its pool
+shares. GPUs of one class with different prices are split into classes of their own, and no
+symmetry is broken (swapping devices keeps memory figures but moves prices).
+
+The objective is integral: prices are rounded down to a grid and claims to whole MiB, downwards,
+so CP-SAT's bound divided by the grid is an upper bound on the true best value (``bound``). Found
+layouts are checked again with ``layerfit.check`` and valued exactly in bytes (``value``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from ortools.sat.python import cp_model
+
+from layerfit.check import check_layout, unified_workers
+from layerfit.domain.base import MiB
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.profile import MemoryProfile
+from layerfit.memory import claims as compute_claims
+from layerfit.solver.build import BuiltModel, build_model
+from layerfit.solver.constraints.ram import main_ram_expression
+from layerfit.solver.instance import GpuClass, Instance, build_instance
+from layerfit.solver.runner import solver_for
+from layerfit.solver.variables import Expr
+
+OBJECTIVE_RANGE = 1 << 46
+"""The integral objective's magnitude stays below this (CP-SAT works on 64-bit integers)."""
+WALL_GUARD = 4.0
+"""A pricing problem's wall-clock limit, in multiples of its deterministic time limit."""
+ABSOLUTE_GAP = 1e-3
+"""Pricing stops this close to the best value (in the tier's units: weight or layers)."""
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Dual prices per MiB of each resource, and the value of one layer on GPUs."""
+
+    gpu: Mapping[tuple[str, int], float] = field(default_factory=dict)
+    worker: Mapping[str, float] = field(default_factory=dict)
+    """Per MiB of RAM, or of the whole pool on a unified-memory worker."""
+    layer_value: float = 0.0
+
+
+@dataclass(frozen=True)
+class Priced:
+    """What pricing found for one deployment."""
+
+    layouts: tuple[tuple[Layout, Claims], ...]
+    """The best layouts found (valid, with their claims), best first."""
+    bound: float
+    """No valid layout has a value above this (``-inf``: no valid layout exists)."""
+    proven: bool
+    """The search finished: ``bound`` is the best value itself, up to the rounding."""
+    complete: bool = True
+    """The model's figures are exact (sizes scaled without rounding, and found layouts valued no
+    higher by the model than in bytes), so ``bound`` holds over every valid layout."""
+
+
+def claim_value(cluster: Cluster, prices: Prices, layout: Layout, claims: Claims) -> float:
+    """A layout's exact value under ``prices``: layers times their value, minus priced claims."""
+    cost = sum(prices.gpu.get((d.worker, d.gpu_index), 0.0) * d.total_bytes / MiB for d in claims.devices)
+    for claim in claims.workers:
+        price = prices.worker.get(claim.worker, 0.0)
+        if price:
+            unified = cluster.worker(claim.worker).unified_memory
+            cost += price * (claim.pool_bytes if unified else claim.ram_bytes) / MiB
+    return prices.layer_value * layout.gpu_layers - cost
+
+
+def _split_classes(instance: Instance, prices: Prices) -> Instance:
+    """GPU classes split so that all GPUs of a class have one price; no twin workers."""
+    classes: list[GpuClass] = []
+    members: dict[int, list[int]] = defaultdict(list)
+    for cls in instance.classes:
+        worker = instance.workers[cls.worker].name
+        by_price: dict[float, list[int]] = defaultdict(list)
+        for index in cls.gpu_indexes:
+            by_price[prices.gpu.get((worker, index), 0.0)].append(index)
+        for indexes in by_price.values():
+            members[cls.worker].append(len(classes))
+            classes.append(replace(cls, gpu_indexes=tuple(indexes)))
+    workers = tuple(replace(view, classes=tuple(members[w]), twin_of=None) for w, view in enumerate(instance.workers))
+    return replace(instance, classes=tuple(classes), workers=workers)
+
+
+def _grid(instance: Instance, prices: Prices) -> float:
+    """Objective units per price unit: as fine as the objective's range allows."""
+    unit_mib = instance.scale.unit_bytes / MiB
+    gpu_room = sum(
+        prices.gpu.get((instance.workers[cls.worker].name, index), 0.0) * cls.capacity * unit_mib
+        for cls in instance.classes
+        for index in cls.gpu_indexes
+    )
+    ram_room = sum(prices.worker.get(view.name, 0.0) * view.ram_capacity * unit_mib for view in instance.workers)
+    layers = prices.layer_value * instance.n_layers
+    return OBJECTIVE_RANGE / max(1.0, gpu_room + ram_room + layers)
+
+
+class _Objective:
+    """The priced objective's terms on a built model."""
+
+    def __init__(self, built: BuiltModel, prices: Prices, grid: float) -> None:
+        self.model = built.model
+        self.instance = built.instance
+        self.variables = built.variables
+        self.prices = prices
+        self.grid = grid
+        self.unit = built.instance.scale.unit_bytes
+
+    def _mib_floor(self, units: Expr, upper_units: int, name: str) -> cp_model.IntVar:
+        """A variable at least ``units`` (model units) in whole MiB rounded down."""
+        mib = self.model.new_int_var(0, upper_units * self.unit // MiB + 1, name)
+        self.model.add(MiB * mib >= self.unit * units - (MiB - 1))
+        return mib
+
+    def gpu_cost(self) -> Expr:
+        terms: list[Expr] = []
+        for slot in self.variables.slots:
+            for c, assigned in slot.assign.items():
+                cls = self.instance.classes[c]
+                price = self.prices.gpu.get((self.instance.workers[cls.worker].name, cls.gpu_indexes[0]), 0.0)
+                coefficient = int(price * self.grid)
+                if coefficient <= 0:
+                    continue
+                need = self.model.new_int_var(0, cls.capacity + 1, f"priced_{slot.name}_{c}")
+                self.model.add(need >= slot.need).only_enforce_if(assigned)
+                terms.append(coefficient * self._mib_floor(need, cls.capacity + 1, f"mib_{slot.name}_{c}"))
+        return sum(terms)
+
+    def worker_cost(self) -> Expr:
+        variables, instance = self.variables, self.instance
+        main_ram = main_ram_expression(self.model, instance, variables) if variables.main else 0
+        terms: list[Expr] = []
+        for w, view in enumerate(instance.workers):
+            coefficient = int(self.prices.worker.get(view.name, 0.0) * self.grid)
+            if coefficient <= 0:
+                continue
+            claim: list[Expr] = [slot.pool_share[w] for slot in variables.slots if w in slot.pool_share]
+            claim += [instance.costs.rpc_host * slot.on_worker[w] for slot in variables.rpc if w in slot.on_worker]
+            main = variables.main.get(w)
+            if main is not None:
+                ram = self.model.new_int_var(0, view.ram_capacity, f"priced_main_ram{w}")
+                self.model.add(ram >= main_ram).only_enforce_if(main)
+                claim.append(ram)
+            terms.append(coefficient * self._mib_floor(sum(claim), view.ram_capacity, f"mib_ram{w}"))
+        return sum(terms)
+
+    def layers(self) -> Expr:
+        """Layers at their value, rounded up (the bound must not fall below the true value)."""
+        return math.ceil(self.prices.layer_value * self.grid) * self.variables.gpu_layers
+
+
+def price(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    prices: Prices,
+    time_limit_s: float,
+) -> Priced:
+    """The valid layout of ``deployment`` with the best value under ``prices`` (see the module docstring)."""
+    instance = _split_classes(build_instance(cluster, deployment, profile, config), prices)
+    built = build_model(instance, break_symmetry=False)
+    grid = _grid(instance, prices)
+    objective = _Objective(built, prices, grid)
+    built.model.maximize(objective.layers() - objective.gpu_cost() - objective.worker_cost())
+    # Deterministic time, so that the same input prices the same under any load; wall time as a guard.
+    solver = solver_for(config, WALL_GUARD * time_limit_s)
+    solver.parameters.max_deterministic_time = time_limit_s
+    # Values closer than this to the best are as good for column generation; the bound stays exact.
+    solver.parameters.absolute_gap_limit = ABSOLUTE_GAP * grid
+    status = solver.solve(built.model)
+    trivial = prices.layer_value * instance.n_layers
+    if status == cp_model.INFEASIBLE:
+        return Priced(layouts=(), bound=float("-inf"), proven=True, complete=instance.scale.exact)
+    bound = min(trivial, solver.best_objective_bound / grid) if status != cp_model.UNKNOWN else trivial
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Priced(layouts=(), bound=trivial, proven=False, complete=instance.scale.exact)
+    from layerfit.solver.decode import decode
+
+    layout = decode(instance, built.variables, solver.value)
+    found: tuple[tuple[Layout, Claims], ...] = ()
+    complete = instance.scale.exact
+    if not check_layout(cluster, deployment, profile, layout, config):
+        claims = compute_claims(profile, layout, unified_workers(cluster))
+        found = ((layout, claims),)
+        # The model must never value a layout below its exact value, or its bound is no bound.
+        complete = complete and claim_value(cluster, prices, layout, claims) <= bound + 1e-6 * max(1.0, abs(bound))
+    return Priced(layouts=found, bound=bound, proven=status == cp_model.OPTIMAL, complete=complete)
+
+
+PricingTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, Prices, float]
+
+
+def pricing_task(task: PricingTask) -> Priced:
+    """One pricing problem from a picklable task (for the executors)."""
+    return price(*task)
