@@ -23,6 +23,8 @@ from layerfit.gpustack import (
     deployment_from_gpustack,
     schedule_candidates,
 )
+from layerfit.gpustack.messages import gpustack_text
+from layerfit.gpustack.parser_table import table_rows
 from layerfit.gpustack.resources import allocated_by_instances
 from layerfit.memory import make_layout
 from layerfit.planner import evaluate
@@ -200,3 +202,22 @@ def test_selector_needs_a_model_file_or_profile() -> None:
     selector = LayerfitGGUFSelector({**MODEL, "local_path": "/nonexistent.gguf"}, [])
     with pytest.raises(ValueError, match="no memory profile"):
         asyncio.run(selector.select_candidates(WORKERS))
+
+
+def test_messages_in_gpustack_event_format() -> None:
+    text = "The model requires approximately 99.68 GiB VRAM. The largest worker provides 47.00 GiB VRAM."
+    expected = "- The model requires approximately 99.68 GiB VRAM.\n- The largest worker provides 47.0 GiB VRAM."
+    assert gpustack_text(text) == expected
+
+
+def test_parser_table_rows_follow_gguf_parser() -> None:
+    profile = MemoryProfile.uniform(4, GiB, 0, output_weight_bytes=GiB // 2)
+    none, three, every = table_rows(profile, [0, 3, 5], [1.0, 1.0], rpc_count=1)
+    # -ngl 0: nothing on GPUs, and GPUStack clears the VRAM of that row
+    assert [v[:2] for v in none.vrams] == [(0, 0), (0, 0)] and none.ram[1] == 4 * GiB + GiB // 2
+    # -ngl 3, output last: the last 3 blocks over two equal shares, llama.cpp's rule gives the first
+    # device (the RPC one) layers at fractions 0 and 1/3, the second 2/3; the output layer stays
+    assert [v[2] for v in three.vrams] == [2, 1] and three.ram[1] == GiB + GiB // 2
+    # every layer: 5 layers at fractions 0, .2, .4 | .6, .8: blocks 0-2 on the RPC device, block 3
+    # and the output layer on the last
+    assert [v[2] for v in every.vrams] == [3, 2] and every.vrams[1][1] == GiB + GiB // 2

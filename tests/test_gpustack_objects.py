@@ -38,8 +38,9 @@ from gpustack.schemas.workers import (
     WorkerStatus,
 )
 
-from layerfit.domain import GiB, MemoryProfile
+from layerfit.domain import GiB, MemoryProfile, OffloadOrder, PlannerConfig
 from layerfit.gpustack import LayerfitGGUFSelector, worker_allocation
+from layerfit.gpustack.parser_table import ParserTable
 
 pytestmark = pytest.mark.gpustack
 
@@ -252,3 +253,26 @@ def test_manual_selection_is_read_from_gpustack_model() -> None:
     candidates, selector = _select(model, instances(), MemoryProfile.uniform(8, GiB, 0))
     assert candidates and {(c.worker.name, tuple(c.gpu_indexes)) for c in candidates} == {("gpustack-b", (0,))}
     assert selector.plan is not None and selector.plan.best is not None
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cpu_offloading": False, "distributed_inference_across_workers": False},
+        {"cpu_offloading": True, "distributed_inference_across_workers": False},
+        {"cpu_offloading": False, "distributed_inference_across_workers": True},
+    ],
+)
+def test_messages_match_gpustacks_when_nothing_fits(monkeypatch: pytest.MonkeyPatch, fields: dict[str, Any]) -> None:
+    from gpustack.policies.candidate_selectors import gguf_resource_fit_selector as gguf_module
+
+    profile = MemoryProfile.uniform(60, 2 * GiB, 0, output_weight_bytes=GiB, token_embedding_bytes=GiB // 2)
+    table = ParserTable(profile)
+    monkeypatch.setattr(gguf_module, "calculate_gguf_model_resource_claim", table)
+    model = gguf_model(**fields)
+    theirs = gguf_module.GGUFResourceFitSelector(model, [], None, resource_view=ResourceView([]))
+    assert asyncio.run(theirs.select_candidates(workers()[:2])) == [] and table.calls > 0
+    config = PlannerConfig(offload_order=OffloadOrder.OUTPUT_LAST, time_limit_s=2)
+    ours = LayerfitGGUFSelector(model, [], None, resource_view=ResourceView([]), profile=profile, config=config)
+    assert asyncio.run(ours.select_candidates(workers()[:2])) == []
+    assert ours.get_messages() == theirs.get_messages()

@@ -1,12 +1,15 @@
 """The messages GPUStack shows a user for a placement (its scheduling events), from a layerfit plan.
 
 The heuristic leaves GPUStack's notes and shows them by GPUStack's rule (all errors; otherwise,
-when nothing fits, the first strategy's advice, then the warnings). When a plan that found nothing
-carries no message at all, GPUStack's own last word is used.
+when nothing fits, the first strategy's advice, then the warnings). Here each is written the way
+GPUStack writes its events: one ``- sentence`` per line, sizes in GiB rounded to two places as
+Python prints them (``47.0 GiB``). When a plan that found nothing carries no message at all,
+GPUStack's own last word is used.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from layerfit.domain.plan import Plan, Status
@@ -14,16 +17,25 @@ from layerfit.domain.plan import Plan, Status
 NOTHING_FITS = "Cannot find a suitable worker combination to run the model."
 SELECTION_DOES_NOT_FIT = "Selected GPUs do not meet the requirements to run the model."
 
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?]) +(?=[A-Z])")
+_GIB = re.compile(r"\b(\d+\.\d+) GiB\b")
+
 
 def as_list_message(lines: Sequence[str]) -> str:
     """GPUStack's list message format: one ``- line`` per line."""
     return "\n".join(f"- {line}" for line in lines)
 
 
+def gpustack_text(message: str) -> str:
+    """A layerfit message in GPUStack's event format."""
+    lines = _SENTENCE_BREAK.split(message.strip())
+    return as_list_message([_GIB.sub(lambda found: f"{round(float(found[1]), 2)} GiB", line) for line in lines])
+
+
 def gpustack_messages(plan: Plan, selected: Sequence[str] | None = None) -> list[str]:
     """The plan's messages as GPUStack would show them."""
     if plan.messages:
-        return list(plan.messages)
+        return [gpustack_text(message) for message in plan.messages]
     if plan.status in (Status.INFEASIBLE, Status.UNKNOWN):
         return [as_list_message([SELECTION_DOES_NOT_FIT if selected else NOTHING_FITS])]
     return []
