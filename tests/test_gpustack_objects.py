@@ -140,6 +140,12 @@ def test_allocatable_is_gpustacks_own() -> None:
         assert (ours.ram, dict(ours.vram)) == (theirs.ram, theirs.vram), worker.name
         via_view = worker_allocation(worker, resource_view=view)
         assert (via_view.ram, dict(via_view.vram)) == (theirs.ram, theirs.vram)
+        # and what GPUStack's GGUF selector itself reads (the base selector's cached accessor)
+        from gpustack.policies.candidate_selectors.gguf_resource_fit_selector import GGUFResourceFitSelector
+
+        selector = GGUFResourceFitSelector(gguf_model(), running, None, resource_view=view)
+        theirs_too = selector.get_worker_allocatable_resource(worker)
+        assert (ours.ram, dict(ours.vram)) == (theirs_too.ram, theirs_too.vram)
 
 
 @pytest.mark.parametrize("seed", range(5))
