@@ -407,9 +407,21 @@ def _tie_break_stage(
     candidates: Instance, outcome: _Outcome, config: PlannerConfig, clock: _Clock, trace: _Trace
 ) -> _Outcome:
     """Step 3: with the strict tiers fixed, the tie-break over ``candidates`` (not dominance-pruned)
-    restricted to the optimal GPU count."""
+    restricted to the optimal GPU count (and, on one worker, to the workers whose ``gpus`` largest
+    GPUs can hold the layers by the ordered-devices bound)."""
     gpus = outcome.gpus
-    narrow = build_model(candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus))
+    mains = None
+    if outcome.workers == 1 and gpus > 0:
+        mains = frozenset(
+            w
+            for w, view in enumerate(candidates.workers)
+            if view.main_ok
+            and single_worker_layers(candidates, w, gpus) >= outcome.layers
+            and single_worker_ordered_layers(candidates, w, gpus, outcome.layers) >= outcome.layers
+        )
+    narrow = build_model(
+        candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus, mains=mains)
+    )
     fixed = strict_tiers(narrow.instance, narrow.variables)
     for expression, value in ((fixed.layers, outcome.layers), (fixed.workers, outcome.workers), (fixed.gpus, gpus)):
         narrow.model.add(expression == value)
