@@ -14,21 +14,52 @@ from layerfit.errors import InputError
 Model = TypeVar("Model", bound=BaseModel)
 
 
+MAX_DEPTH = 64
+"""Deepest nesting of lists and mappings accepted in an input file (real files need fewer than 10)."""
+
+
+def yaml_loader() -> Any:
+    """libyaml's safe loader when PyYAML was built with it (much faster), else the pure-Python one."""
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_document(path: str | Path) -> Any:
     """Parse a YAML or JSON file (JSON is YAML; ``.json`` files are parsed strictly)."""
     file = Path(path)
+    kind = "JSON" if file.suffix.lower() == ".json" else "YAML"
     try:
-        text = file.read_text(encoding="utf-8")
+        raw = file.read_bytes()
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
     try:
-        if file.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"not UTF-8 text: byte {exc.start} is 0x{raw[exc.start]:02x}") from None
+    try:
+        document = json.loads(text) if kind == "JSON" else yaml.load(text, Loader=yaml_loader())
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(
-            str(path), f"not valid {'JSON' if file.suffix.lower() == '.json' else 'YAML'}: {exc}"
-        ) from None
+        raise InputError(str(path), f"not valid {kind}: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise InputError(str(path), f"nested more than {MAX_DEPTH} levels deep") from None
+    if _depth(document) > MAX_DEPTH:
+        raise InputError(str(path), f"nested more than {MAX_DEPTH} levels deep")
+    return document
+
+
+def _depth(document: Any) -> int:
+    """How deeply lists and mappings nest (iteratively: no recursion on hostile input)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_DEPTH:
+            return depth
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def load_model(model: type[Model], data: Any, source: str) -> Model:

@@ -93,11 +93,22 @@ def server_command(
 
 
 def rpc_server_command(
-    cluster: Cluster, device: DeviceAssignment, port: int, *, program: str = "rpc-server", bind_host: str = "0.0.0.0"
+    cluster: Cluster, device: DeviceAssignment, port: int, *, program: str = "rpc-server", bind_host: str | None = None
 ) -> Command:
-    """One ``rpc-server`` serving one GPU of a non-main worker."""
-    gpu = cluster.worker(device.worker).gpu(device.gpu_index)
-    argv = ("--host", bind_host, "--port", str(port), "--device", device_name(gpu.type, gpu.index))
+    """One ``rpc-server`` serving one GPU of a non-main worker, listening on that worker's own address only.
+
+    llama.cpp's rpc-server has no authentication, so it never binds 0.0.0.0; the address is the
+    worker's ``rpc_host``, else its ``address`` (an IPv4 literal: rpc-server accepts no host names).
+    """
+    worker = cluster.worker(device.worker)
+    host = bind_host or worker.rpc_bind_host
+    if host is None:
+        raise InputError(
+            f"worker[{worker.name}].rpc_host",
+            "an rpc-server needs the IPv4 address to listen on: give the worker an IPv4 address or rpc_host",
+        )
+    gpu = worker.gpu(device.gpu_index)
+    argv = ("--host", host, "--port", str(port), "--device", device_name(gpu.type, gpu.index))
     return Command(worker=device.worker, program=program, argv=argv)
 
 

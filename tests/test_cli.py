@@ -133,3 +133,108 @@ def test_every_command_on_the_real_gemma_file(capsys: pytest.CaptureFixture[str]
     assert code == EXIT_PLACED and "single_gpu" in out and f"-m {model}" in out
     code, out, _ = run(capsys, "explain", "--cluster", CLUSTER, "--model", model, "-c", "32768")
     assert code == EXIT_PLACED and "optimal" in out
+
+
+def _deep_yaml(depth: int) -> str:
+    return "".join("  " * level + f"k{level}:\n" for level in range(depth)) + "  " * depth + "v: 1\n"
+
+
+BAD_FILES = [
+    ("cluster.yaml", lambda: f"workers:\n- id: 1\n  name: a\n  total_ram_bytes: '{'9' * 400}'\n", "total_ram_bytes"),
+    ("cluster.yaml", lambda: "workers: []\nname: café\n".encode("latin-1"), "not UTF-8 text: byte"),
+    ("cluster.yaml", lambda: _deep_yaml(1200), "cluster.yaml: not valid YAML: .*nesting depth"),
+    ("cluster.json", lambda: "[" * 100_000 + "]" * 100_000, "cluster.json: nested more than 64 levels"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "message"), BAD_FILES, ids=["digits", "latin-1", "yaml-deep", "json-deep"])
+def test_bad_files_exit_two_naming_file_and_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: object, message: str
+) -> None:
+    import re
+
+    path = tmp_path / name
+    data = content()  # type: ignore[operator]
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    deployment = str(EXAMPLES / "deployment.yaml")
+    code, _, err = run(capsys, "plan", "--cluster", str(path), "--deployment", deployment)
+    assert code == EXIT_BAD_INPUT and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert re.search(message, err) and str(path) in err, err
+
+
+def test_a_run_of_a_billion_blocks_is_refused_without_allocating(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("name: m\nprofile:\n  block_weight_bytes: ['1 MiB x 1000000000']\n  block_kv_bytes: []\n")
+    code, _, err = run(capsys, "plan", "--cluster", CLUSTER, "--deployment", str(path))
+    assert code == EXIT_BAD_INPUT and "huge.yaml" in err and "block_weight_bytes" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["estimate", "{model}", "-np", "0"], "-np: must be at least 1"),
+        (["estimate", "{model}", "-ctk", "q9_9"], "-ctk: unknown cache type 'q9_9'"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "-ub", "0"], "-ub: must be between 1"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "-ts", "nan,1"], "-ts: shares must be finite"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "--time-limit", "0"], "--time-limit: must be"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "--time-limit", "-1"], "--time-limit: must be"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "--time-limit", "nan"], "--time-limit: must be"),
+        (["replan", str(EXAMPLES / "fleet.yaml"), "--time-limit", "nan"], "--time-limit: must be"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "--plot", "/no/such/dir/p.png"], "--plot: folder"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "--gpus", "ghost:cuda:0"], "--gpus: gpu_selection"),
+    ],
+)
+def test_bad_flags_exit_two_on_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str], message: str
+) -> None:
+    (path,) = write_gguf(tmp_path / "llama1b.gguf", REAL_MODELS["llama-3.2-1b"])
+    code, _, err = run(capsys, *(part.format(model=path) for part in command))
+    assert code == EXIT_BAD_INPUT and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert message in err, err
+
+
+def test_unknown_gpu_in_a_deployment_file_names_file_and_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    text = (EXAMPLES / "deployment.yaml").read_text() + "gpu_selection: [ghost:cuda:0]\n"
+    path = tmp_path / "ghost.yaml"
+    path.write_text(text)
+    code, _, err = run(capsys, "plan", "--cluster", CLUSTER, "--deployment", str(path))
+    assert code == EXIT_BAD_INPUT and f"{path}: gpu_selection[0]: no worker named 'ghost'" in err, err
+
+
+def test_ctx_zero_is_the_training_context(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (path,) = write_gguf(tmp_path / "llama1b.gguf", REAL_MODELS["llama-3.2-1b"])
+    code, out, err = run(capsys, "estimate", str(path), "-c", "0", "--json")
+    assert code == EXIT_PLACED, err
+    from layerfit.estimators import read_gguf
+
+    trained_ctx = str(read_gguf(str(path)).context_length)
+    code, trained, _ = run(capsys, "estimate", str(path), "-c", trained_ctx, "--json")
+    assert json.loads(out)["block_kv_bytes"] == json.loads(trained)["block_kv_bytes"]
+
+
+def test_a_closed_pipe_is_no_traceback() -> None:
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "layerfit.cli", "plan", "--cluster", CLUSTER, "--deployment"]
+    process = subprocess.Popen(
+        [*argv, str(EXAMPLES / "deployment.yaml"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader leaves before anything is written, as `| head -1` may
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == EXIT_PLACED
+    assert "BrokenPipeError" not in err and "Traceback" not in err, err
+
+
+def test_yaml_is_read_with_the_c_loader() -> None:
+    import yaml
+
+    from layerfit.io import yaml_loader
+
+    assert yaml.__with_libyaml__  # the CI's PyYAML wheels carry libyaml
+    assert yaml_loader() is yaml.CSafeLoader

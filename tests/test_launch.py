@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import shlex
 
-from layerfit.domain import Cluster, DeviceAssignment, Gpu, LlamaParams, OffloadOrder, PlannerConfig, Worker
+import pytest
+from pydantic import ValidationError
+
+from layerfit.domain import (
+    Cluster,
+    DeviceAssignment,
+    Gpu,
+    Layout,
+    LlamaParams,
+    OffloadOrder,
+    PlannerConfig,
+    Worker,
+)
+from layerfit.errors import InputError
 from layerfit.launch import commands
 from layerfit.memory import layout_from_flags, make_layout
 
@@ -51,7 +64,7 @@ def test_distributed_commands_reproduce_the_layout() -> None:
         ],
     )
     rpc_a, rpc_b, server = commands(CLUSTER, layout, "/models/m.gguf", LlamaParams(ctx_size=4096))
-    assert (rpc_a.worker, rpc_a.argv) == ("r", ("--host", "0.0.0.0", "--port", "50052", "--device", "CUDA3"))
+    assert (rpc_a.worker, rpc_a.argv) == ("r", ("--host", "10.0.0.2", "--port", "50052", "--device", "CUDA3"))
     assert flag(rpc_b.argv, "--port") == "50053"
     argv = server.argv
     assert server.worker == "main" and flag(argv, "-m") == "/models/m.gguf" and flag(argv, "-c") == "4096"
@@ -80,3 +93,30 @@ def test_user_flags_pass_through() -> None:
     # llama-server 11434 has no --no-mmap: the legacy flag is printed as its -lm form
     assert "-np 4" in line and "-lm none" in line and "--threads 8" in line and "-ctk q8_0" in line
     assert "--no-mmap" not in line
+
+
+def _rpc_layout() -> Layout:
+    remote = DeviceAssignment(worker="r", gpu_index=3, blocks=2)
+    return make_layout("main", 4, [remote, DeviceAssignment(worker="main", gpu_index=0, blocks=2)])
+
+
+def _with_remote(**fields: str) -> Cluster:
+    remote = CLUSTER.worker("r").model_dump() | fields
+    return Cluster(workers=(CLUSTER.worker("main"), Worker.model_validate(remote)))
+
+
+def test_rpc_server_binds_the_workers_own_address_never_every_interface() -> None:
+    rpc, _ = commands(_with_remote(rpc_host="192.168.7.2"), _rpc_layout(), "m.gguf", LlamaParams())
+    assert flag(rpc.argv, "--host") == "192.168.7.2"
+    rpc, server = commands(CLUSTER, _rpc_layout(), "m.gguf", LlamaParams())
+    assert flag(rpc.argv, "--host") == "10.0.0.2" and flag(server.argv, "--rpc") == "10.0.0.2:50052"
+    assert "0.0.0.0" not in rpc.line
+
+
+def test_rpc_server_without_an_ipv4_address_is_refused() -> None:
+    with pytest.raises(InputError, match=r"worker\[r\]\.rpc_host: an rpc-server needs the IPv4 address"):
+        commands(_with_remote(address="gpu-r.example"), _rpc_layout(), "m.gguf", LlamaParams())
+    with pytest.raises(ValidationError, match=r"0\.0\.0\.0 listens on every interface"):
+        _with_remote(rpc_host="0.0.0.0")
+    with pytest.raises(ValidationError, match="not an IPv4 address"):
+        _with_remote(rpc_host="gpu-r.example")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn, cast
 
 from layerfit.cli import estimate, plan, replan
 from layerfit.cli.common import EXAMPLES, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, HELP_FORMAT
@@ -20,16 +22,25 @@ from layerfit.errors import InputError, LayerfitError
 __all__ = ["EXIT_BAD_INPUT", "EXIT_NO_FIT", "EXIT_PLACED", "build_parser", "main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``layerfit plan: error: ...``), exit code 2, and no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="layerfit",
         description="Place GGUF models (llama.cpp) on GPU clusters, and prove the placement optimal.",
         epilog=EXAMPLES,
         formatter_class=HELP_FORMAT,
         allow_abbrev=False,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]", parser.add_subparsers(dest="command", required=True)
+    )
     plan.register(commands)
     estimate.register(commands)
     replan.register(commands)
@@ -66,11 +77,35 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     try:
         check_unknown_options(parser, args.command, rest)
         code: int = args.handler(args, rest)
+        sys.stdout.flush()
     except LayerfitError as exc:
-        print(f"layerfit: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _bad_input(str(exc))
+    except BrokenPipeError:  # `layerfit plan ... | head -1`: the reader left; nothing more to say
+        _silence_stdout()
+        return EXIT_PLACED
+    except (RecursionError, MemoryError, OverflowError, UnicodeError) as exc:  # input beyond what was checked
+        return _bad_input(f"input too large or malformed ({type(exc).__name__}: {exc})")
     return code
+
+
+def _bad_input(message: str) -> int:
+    print(f"layerfit: error: {' '.join(message.split())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (tests capture it)
+        pass
+    finally:
+        os.close(devnull)

@@ -6,6 +6,7 @@ Nothing here imports pydantic, OR-Tools or numpy: ``--help`` and argument errors
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,3 +36,14 @@ def exit_code(status: Status) -> int:
     from layerfit.domain.plan import Status
 
     return EXIT_PLACED if status in (Status.OPTIMAL, Status.FEASIBLE) else EXIT_NO_FIT
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a time limit in seconds, finite and above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text!r}")
+    return value

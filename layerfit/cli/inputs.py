@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from layerfit.domain.cluster import Cluster
@@ -38,6 +39,26 @@ def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]
     if args.gpus:
         data["gpu_selection"] = args.gpus.split(",")
     return load_model(Deployment, data, "command line")
+
+
+def check_selection(cluster: Cluster, deployment: Deployment, source: str) -> None:
+    """Every GPU of a manual selection exists in the cluster; the error names the file (or ``--gpus``) and entry."""
+    for position, ref in enumerate(deployment.gpu_selection or ()):
+        try:
+            cluster.gpu(ref)
+        except InputError as exc:
+            raise InputError(f"{source}: gpu_selection[{position}]", exc.problem) from None
+
+
+def check_plot_target(path: str | None) -> None:
+    """A picture can be written there (checked before planning, not after)."""
+    if path is None:
+        return
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise InputError("--plot", f"folder {str(folder)!r} does not exist")
+    if Path(path).suffix.lower() not in (".png", ".svg", ".html"):
+        raise InputError("--plot", f"unsupported picture format {Path(path).suffix!r}; use .png, .svg or .html")
 
 
 def write_plot(path: str | None, cluster: Cluster, panels: list[tuple[str, list[tuple[str, Any]]]]) -> None:

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, HELP_FORMAT, exit_code
+from layerfit.cli.common import EXAMPLES, HELP_FORMAT, exit_code, seconds
 from layerfit.domain.choices import ModelKind, OffloadOrder, Policy
 
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit.cli.inputs import deployment_from_args, planner_config, write_plot
+    from layerfit.cli.inputs import (
+        check_plot_target,
+        check_selection,
+        deployment_from_args,
+        planner_config,
+        write_plot,
+    )
     from layerfit.cli.render import render_plan
     from layerfit.domain.cluster import Cluster
     from layerfit.domain.layout import Layout
     from layerfit.io import load_file
 
+    check_plot_target(args.plot)
     cluster = load_file(Cluster, args.cluster)
     deployment = deployment_from_args(args, rest)
+    check_selection(cluster, deployment, args.deployment or "--gpus")
     config = planner_config(args)
     layout = load_file(Layout, args.layout) if args.layout is not None else None
     from layerfit import planner  # after the inputs: a bad file answers before OR-Tools loads
@@ -63,7 +71,7 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=[k.value for k in ModelKind], default=ModelKind.LLM.value)
     parser.add_argument("--layout", help="evaluate this layout instead of searching for one")
     parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.BINPACK.value)
-    parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit in seconds (default 10)")
+    parser.add_argument("--time-limit", type=seconds, default=10.0, help="solver time limit in seconds (default 10)")
     parser.add_argument(
         "--offload-order",
         choices=[o.value for o in OffloadOrder],

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, exit_code
+from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, exit_code, seconds
 from layerfit.domain.choices import Executor
 
 
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit.cli.inputs import write_plot
+    from layerfit.cli.inputs import check_plot_target, write_plot
     from layerfit.cli.render import render_fleet
     from layerfit.domain.fleet import Fleet, FleetConfig
     from layerfit.errors import InputError
@@ -17,6 +17,7 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
 
     if rest:
         raise InputError("replan", f"unexpected arguments {rest}")
+    check_plot_target(args.plot)
     fleet = load_file(Fleet, args.fleet)
     from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
 
@@ -49,7 +50,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "replan", help="re-plan a whole fleet and list the moves", epilog=EXAMPLES, formatter_class=HELP_FORMAT
     )
     replan.add_argument("fleet", help="fleet YAML/JSON: cluster, deployments, current placements")
-    replan.add_argument("--time-limit", type=float, default=60.0, help="master solver time limit (default 60 s)")
+    replan.add_argument("--time-limit", type=seconds, default=60.0, help="master solver time limit (default 60 s)")
     replan.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value)
     replan.add_argument("--json", action="store_true", help="print the fleet plan as JSON")
     replan.add_argument("--quiet", action="store_true", help="no progress display")

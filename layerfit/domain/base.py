@@ -37,12 +37,19 @@ def parse_size(value: Any) -> Any:
     match = _SIZE_PATTERN.match(value)
     unit = match["unit"].lower() if match else ""
     if match is None or unit not in _UNITS:
-        raise ValueError(f"not a size: {value!r} (write bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+        shown = value if len(value) <= 40 else f"{value[:40]}..."
+        raise ValueError(f"not a size: {shown!r} (write bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+    if len(match["number"]) > 30:
+        raise ValueError(f"not a size: {len(match['number'])} digits (at most {MAX_BYTES} bytes)")
     return int(float(match["number"]) * _UNITS[unit])
 
 
-Bytes = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
-"""A size in bytes; YAML/JSON may also write it with a unit (``"24 GiB"``)."""
+MAX_BYTES = 2**50
+"""Largest size accepted (1 PiB): far above any GPU, host or tensor, and small enough that sums over
+thousands of devices stay inside the solver's 64-bit integers."""
+
+Bytes = Annotated[int, BeforeValidator(parse_size), Field(ge=0, le=MAX_BYTES)]
+"""A size in bytes, at most ``MAX_BYTES``; YAML/JSON may also write it with a unit (``"24 GiB"``)."""
 
 GiB = 1024**3
 MiB = 1024**2

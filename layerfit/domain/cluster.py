@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from functools import cached_property
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from layerfit.domain.base import Bytes, Frozen, NonNegInt
 from layerfit.errors import InputError
@@ -33,6 +34,14 @@ GPU_TYPES = (
 )
 """GPU runtime types as GPUStack names them in GPU ids (``worker:cuda:0``); Apple GPUs are ``mps``,
 and ``""`` is GPUStack's default for a GPU whose runtime it did not detect."""
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
 
 _GPU_REF_PATTERN = re.compile(r"^(?P<worker>[^:\s]+):(?P<type>[A-Za-z][A-Za-z0-9_]*):(?P<index>\d+)$")
 
@@ -67,6 +76,9 @@ class Worker(Frozen):
     name: str = Field(min_length=1)
     address: str = ""
     """Host name or IP other workers use to reach this one's rpc-server (defaults to the name)."""
+    rpc_host: str = ""
+    """IPv4 address this worker's rpc-servers listen on (default: ``address`` when it is one).
+    llama.cpp's rpc-server has no authentication: it binds this one interface, never 0.0.0.0."""
     labels: dict[str, str] = Field(default_factory=dict)
     unified_memory: bool = False
     """One memory pool shared by CPU and GPU (Apple silicon and similar)."""
@@ -87,6 +99,24 @@ class Worker(Frozen):
                 raise InputError(f"worker[{self.name}].gpus", f"duplicate GPU index {gpu.index}")
             seen.add(gpu.index)
         return self
+
+    @field_validator("rpc_host")
+    @classmethod
+    def _one_interface(cls, value: str) -> str:
+        if value and not _is_ipv4(value):
+            raise InputError("rpc_host", f"{value!r} is not an IPv4 address (rpc-server binds an IPv4 literal)")
+        if value and ipaddress.IPv4Address(value).is_unspecified:
+            raise InputError("rpc_host", "0.0.0.0 listens on every interface; give the worker's own address")
+        return value
+
+    @property
+    def rpc_bind_host(self) -> str | None:
+        """The address its rpc-servers bind to; ``None`` when neither ``rpc_host`` nor ``address`` gives one."""
+        if self.rpc_host:
+            return self.rpc_host
+        if _is_ipv4(self.address) and not ipaddress.IPv4Address(self.address).is_unspecified:
+            return self.address
+        return None
 
     @property
     def host(self) -> str:
