@@ -92,6 +92,11 @@ def server_command(
     return Command(worker=main.name, program=program, argv=tuple(argv))
 
 
+def unknown_bind_host(worker: str) -> str:
+    """What stands for the listen address of a worker whose IPv4 address the cluster does not give."""
+    return f"<IPv4-of-{worker}>"
+
+
 def rpc_server_command(
     cluster: Cluster, device: DeviceAssignment, port: int, *, program: str = "rpc-server", bind_host: str | None = None
 ) -> Command:
@@ -99,14 +104,11 @@ def rpc_server_command(
 
     llama.cpp's rpc-server has no authentication, so it never binds 0.0.0.0; the address is the
     worker's ``rpc_host``, else its ``address`` (an IPv4 literal: rpc-server accepts no host names).
+    Without either, the command carries a placeholder (``unknown_bind_host``) that rpc-server rejects:
+    it fails closed rather than listening everywhere.
     """
     worker = cluster.worker(device.worker)
-    host = bind_host or worker.rpc_bind_host
-    if host is None:
-        raise InputError(
-            f"worker[{worker.name}].rpc_host",
-            "an rpc-server needs the IPv4 address to listen on: give the worker an IPv4 address or rpc_host",
-        )
+    host = bind_host or worker.rpc_bind_host or unknown_bind_host(worker.name)
     gpu = worker.gpu(device.gpu_index)
     argv = ("--host", host, "--port", str(port), "--device", device_name(gpu.type, gpu.index))
     return Command(worker=device.worker, program=program, argv=argv)
