@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from gguf import GGMLQuantizationType, Keys
+from pydantic import ValidationError
 
 from layerfit.domain.base import Bytes, Frozen, MiB, PosInt
 from layerfit.domain.deployment import Deployment, ModelKind
@@ -147,26 +148,31 @@ def estimate_profile(
     projector_bytes, projector_warnings = _projector(params, settings.flash_attn)
     host_output = shape.host_output_layer_bytes
     experts, fixed_experts, override_warnings = _host_parts(shape, params)
-    return MemoryProfile(
-        block_weight_bytes=shape.block_bytes,
-        block_kv_bytes=kv.block_kv_bytes(shape, cache, settings.type_k, settings.type_v),
-        block_expert_bytes=experts,
-        fixed_host_experts=fixed_experts,
-        output_weight_bytes=shape.output_layer_bytes,
-        host_output_weight_bytes=host_output if host_output != shape.output_layer_bytes else None,
-        token_embedding_bytes=shape.input_bytes,
-        main=role,
-        local=role,
-        rpc=role,
-        host_fixed_bytes=_host_fixed(shape, settings, runtime),
-        host_compute=compute.host,
-        rpc_host_fixed_bytes=runtime.rpc_host_fixed,
-        extra_main_gpu_bytes=projector_bytes,
-        output_compute_bytes=compute.output,
-        first_device_compute_bytes=compute.first_device,
-        host_output_compute_bytes=compute.host_output,
-        warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
-    )
+    try:
+        return MemoryProfile(
+            block_weight_bytes=shape.block_bytes,
+            block_kv_bytes=kv.block_kv_bytes(shape, cache, settings.type_k, settings.type_v),
+            block_expert_bytes=experts,
+            fixed_host_experts=fixed_experts,
+            output_weight_bytes=shape.output_layer_bytes,
+            host_output_weight_bytes=host_output if host_output != shape.output_layer_bytes else None,
+            token_embedding_bytes=shape.input_bytes,
+            main=role,
+            local=role,
+            rpc=role,
+            host_fixed_bytes=_host_fixed(shape, settings, runtime),
+            host_compute=compute.host,
+            rpc_host_fixed_bytes=runtime.rpc_host_fixed,
+            extra_main_gpu_bytes=projector_bytes,
+            output_compute_bytes=compute.output,
+            first_device_compute_bytes=compute.first_device,
+            host_output_compute_bytes=compute.host_output,
+            warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
+        )
+    except ValidationError as exc:  # sizes no real model has (a hostile or broken header)
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise EstimationError(shape.path, where, str(first["msg"])) from None
 
 
 def _host_parts(
