@@ -75,7 +75,7 @@ def test_estimate_table_and_json(capsys: pytest.CaptureFixture[str], tmp_path: P
     code, out, _ = run(capsys, "estimate", str(path), "--ctx-size", "4096")
     assert code == EXIT_PLACED and "full offload" in out.lower()
     code, out, _ = run(capsys, "estimate", str(path), "--json")
-    assert code == EXIT_PLACED and MemoryProfile.model_validate_json(out).n_blocks == 32
+    assert code == EXIT_PLACED and MemoryProfile.model_validate(json.loads(out)["profile"]).n_blocks == 32
 
 
 def test_replan_example_fleet(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

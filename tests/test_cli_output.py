@@ -159,3 +159,49 @@ def test_a_unified_memory_worker_is_one_pool(capsys: pytest.CaptureFixture[str],
 
 def _gib(n_bytes: int) -> str:
     return f"{n_bytes / GiB:.2f} GiB"
+
+
+def test_estimate_states_every_assumed_parameter(capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(gemma_270m_path())
+    code, out = run(capsys, "estimate", model)
+    assert code == EXIT_PLACED
+    assert "ctx 8192 (-c, default): GPUStack's default; llama.cpp's own default (-c 0) is the training context" in out
+    assert "32768 for this model" in out
+    for line in ("slots 4 (-np, default)", "K f16 (-ctk, default)", "V f16 (-ctv, default)", "auto, estimated as on"):
+        assert line in out
+    assert "batch 2048 (-b, default), ubatch 512 (-ub, default)" in out and "mmap on (--no-mmap, default)" in out
+    data = json.loads(run(capsys, "estimate", model, "--json")[1])
+    assert data["schema_version"] == 1
+    assumed = data["parameters"]
+    assert (assumed["ctx_size"], assumed["training_ctx_size"], assumed["parallel"]) == (8192, 32768, 4)
+    assert set(assumed["defaults"]) >= {"ctx_size", "parallel", "cache_type_k", "flash_attn", "ubatch_size", "mmap"}
+    flags = ("-c", "16384", "-np", "1", "-ctk", "q8_0", "-fa", "off", "-ub", "256")
+    given = json.loads(run(capsys, "estimate", model, *flags, "--json")[1])["parameters"]
+    assert (given["ctx_size"], given["parallel"], given["unified_kv"]) == (16384, 1, False)
+    assert (given["cache_type_k"], given["flash_attn"], given["flash_attn_estimated_on"]) == ("q8_0", "off", False)
+    assert given["ubatch_size"] == 256
+    assert not {"ctx_size", "parallel", "cache_type_k", "flash_attn", "ubatch_size"} & set(given["defaults"])
+    text = run(capsys, "estimate", model, "-c", "16384", "-np", "1")[1]
+    assert "ctx 16384 (-c); training context 32768" in text and "slots 1 (-np), one KV cache per sequence" in text
+
+
+def test_estimate_totals_are_the_planner_claims(capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(gemma_270m_path())
+    data = json.loads(run(capsys, "estimate", model, "--json")[1])
+    (gpu,) = data["full_offload"]["devices"]
+    terms = ("weight_bytes", "output_bytes", "kv_bytes", "compute_bytes", "fixed_bytes", "extra_bytes")
+    assert gpu["total_bytes"] == sum(gpu[term] for term in terms)
+    out = run(capsys, "estimate", model)[1]
+    assert f"VRAM {gpu['total_bytes'] / GiB:.2f} GiB = weights" in out and "+ output 170.0 MiB" in out
+
+
+def test_estimate_help_lists_the_llama_cpp_flags_it_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    from layerfit.domain.params import _ALIASES
+
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    out = capsys.readouterr().out
+    placement = {"n_gpu_layers", "tensor_split"}  # decided by the planner, not by the estimate
+    for flag, name in _ALIASES.items():
+        if name not in placement:
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", out), flag

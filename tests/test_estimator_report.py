@@ -8,7 +8,7 @@ from fixtures_gguf import write_tiny
 
 from layerfit.domain import DeviceAssignment, Layout, LlamaParams, format_bytes
 from layerfit.estimators import estimate_profile, read_gguf
-from layerfit.estimators.report import estimate_table
+from layerfit.estimators.report import estimate_report, estimate_table
 from layerfit.memory import claims, make_layout
 
 
@@ -16,7 +16,7 @@ def test_table_groups_equal_blocks_and_reports_claims(tmp_path: Path) -> None:
     overrides = {"metadata": {"{arch}.attention.head_count_kv": (2, 2, 0, 2)}}
     shape = read_gguf(str(write_tiny(tmp_path, data="header", **overrides)))
     profile = estimate_profile(shape, LlamaParams(ctx_size=4096))
-    text = estimate_table(shape, profile)
+    text = estimate_table(shape, estimate_report(shape, LlamaParams(ctx_size=4096)))
     lines = text.splitlines()
     # blocks 0-1 alike, block 2 without KV, block 3 like the first two
     rows = [line.split()[0] for line in lines if line.strip() and line.split()[0][0].isdigit()]
@@ -30,6 +30,6 @@ def test_table_groups_equal_blocks_and_reports_claims(tmp_path: Path) -> None:
 
 def test_table_lists_warnings(tmp_path: Path) -> None:
     shape = read_gguf(str(write_tiny(tmp_path, data="header", architecture="mystery")))
-    text = estimate_table(shape, estimate_profile(shape))
+    text = estimate_table(shape, estimate_report(shape))
     assert "warnings:" in text
     assert "'mystery' is not modelled" in text

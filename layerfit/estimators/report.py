@@ -1,4 +1,4 @@
-"""Text rendering of an estimate for ``layerfit estimate MODEL.gguf``: per-layer costs and totals.
+"""``layerfit estimate MODEL.gguf``: the parameters it assumed, per-layer costs and totals.
 
 Totals come from ``layerfit.memory.claims`` on two reference layouts (everything on one GPU,
 everything on the CPU), so they are exactly what the planner would charge.
@@ -7,8 +7,19 @@ everything on the CPU), so they are exactly what the planner would charge.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
-from layerfit.domain import DeviceAssignment, Layout, MemoryProfile, format_bytes
+from layerfit.domain import Claims, DeviceAssignment, Layout, LlamaParams, MemoryProfile, format_bytes
+from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt
+from layerfit.domain.deployment import ModelKind
+from layerfit.domain.params import DEFAULT_CTX_SIZE
+from layerfit.estimators.estimate import (
+    DEFAULT_RUNTIME,
+    RuntimeCosts,
+    Settings,
+    estimate_profile,
+    resolve_settings,
+)
 from layerfit.estimators.shape import ModelShape
 from layerfit.memory import claims, make_layout
 
@@ -30,15 +41,138 @@ def _row(label: str, *cells: str) -> str:
     return f"  {label:<14}" + "".join(f"{cell:>14}" for cell in cells)
 
 
-def estimate_table(shape: ModelShape, profile: MemoryProfile) -> str:
-    """Per-layer table and totals (full-offload VRAM, CPU-only RAM, per-layer cost)."""
+class AssumedParameters(Frozen):
+    """The llama.cpp runtime parameters an estimate was made for, as llama.cpp would resolve them."""
+
+    ctx_size: NonNegInt
+    """Context tokens the KV cache holds (``-c``)."""
+    training_ctx_size: NonNegInt | None
+    """The model's training context (``-c 0`` in llama.cpp); ``None`` when the file does not say."""
+    parallel: NonNegInt
+    """Sequences (``-np``); 4 auto slots sharing one KV cache when not given (llama-server)."""
+    unified_kv: bool
+    cache_type_k: str
+    cache_type_v: str
+    flash_attn: Literal["on", "off", "auto"]
+    flash_attn_estimated_on: bool
+    """What the estimate assumed for ``-fa``: ``auto`` is estimated as on (CUDA builds enable it)."""
+    batch_size: NonNegInt
+    ubatch_size: NonNegInt
+    mmap: bool
+    embedding: bool
+    """Embedding or reranking: no logits, a whole input per micro-batch."""
+    defaults: tuple[str, ...]
+    """Fields above the user did not give, filled with the defaults."""
+
+
+def assumed_parameters(shape: ModelShape, params: LlamaParams, settings: Settings) -> AssumedParameters:
+    """Every runtime parameter that shaped the estimate, and which of them are defaults."""
+    given = {
+        "ctx_size": params.ctx_size is not None,
+        "parallel": params.parallel is not None,
+        "unified_kv": params.parallel is not None,
+        "cache_type_k": params.cache_type_k != "f16",
+        "cache_type_v": params.cache_type_v != "f16",
+        "flash_attn": params.flash_attn != "auto",
+        "batch_size": params.batch_size is not None,
+        "ubatch_size": params.ubatch_size is not None,
+        "mmap": not params.mmap,
+    }
+    return AssumedParameters(
+        ctx_size=settings.ctx,
+        training_ctx_size=shape.context_length or None,
+        parallel=settings.n_seq,
+        unified_kv=settings.unified_kv,
+        cache_type_k=settings.type_k.name.lower(),
+        cache_type_v=settings.type_v.name.lower(),
+        flash_attn=params.flash_attn,
+        flash_attn_estimated_on=settings.flash_attn,
+        batch_size=settings.n_batch,
+        ubatch_size=settings.n_ubatch,
+        mmap=params.mmap,
+        embedding=settings.embedding,
+        defaults=tuple(name for name, was_given in given.items() if not was_given),
+    )
+
+
+class Estimate(Frozen):
+    """What ``layerfit estimate --json`` prints: the model, the assumed parameters, the profile, totals."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    path: str
+    name: str | None
+    architecture: str
+    parameters: AssumedParameters
+    profile: MemoryProfile
+    full_offload: Claims
+    """Every layer on one GPU (``gpu:0`` of a worker named ``gpu``): its VRAM and the host RAM."""
+    cpu_only: Claims
+    """Nothing offloaded: the host RAM of a CPU-only run."""
+
+
+def estimate_report(
+    shape: ModelShape,
+    params: LlamaParams = LlamaParams(),
+    *,
+    kind: ModelKind = ModelKind.LLM,
+    runtime: RuntimeCosts = DEFAULT_RUNTIME,
+) -> Estimate:
+    """The full estimate of a model: assumed parameters, profile and the two reference claims."""
+    settings, _ = resolve_settings(shape, params, kind, runtime)
+    profile = estimate_profile(shape, params, kind=kind, runtime=runtime)
     n = profile.n_blocks
-    full = claims(profile, make_layout(_GPU, n, [DeviceAssignment(worker=_GPU, gpu_index=0, blocks=n)]))
-    cpu = claims(profile, Layout(main_worker=_HOST, n_blocks=n))
+    return Estimate(
+        path=shape.path,
+        name=shape.name,
+        architecture=shape.architecture,
+        parameters=assumed_parameters(shape, params, settings),
+        profile=profile,
+        full_offload=claims(profile, make_layout(_GPU, n, [DeviceAssignment(worker=_GPU, gpu_index=0, blocks=n)])),
+        cpu_only=claims(profile, Layout(main_worker=_HOST, n_blocks=n)),
+    )
+
+
+def _flag(assumed: AssumedParameters, flag: str, name: str) -> str:
+    return f"({flag}, default)" if name in assumed.defaults else f"({flag})"
+
+
+def parameter_lines(assumed: AssumedParameters) -> list[str]:
+    """The assumed parameters as text, each with its llama.cpp flag; the context default explained."""
+    ctx = f"  ctx {assumed.ctx_size} {_flag(assumed, '-c', 'ctx_size')}"
+    training = assumed.training_ctx_size
+    if "ctx_size" in assumed.defaults and assumed.ctx_size == DEFAULT_CTX_SIZE:
+        ctx += ": GPUStack's default; llama.cpp's own default (-c 0) is the training context"
+        ctx += f", {training} for this model" if training else " (not in this file)"
+    elif training and assumed.ctx_size != training:
+        ctx += f"; training context {training}"
+    slots = "one KV cache shared by the slots" if assumed.unified_kv else "one KV cache per sequence"
+    fa = assumed.flash_attn + (", estimated as on" if assumed.flash_attn == "auto" else "")
+    mmap = "on" if assumed.mmap else "off"
+    return [
+        "assumed llama.cpp parameters (give the flags to change them):",
+        ctx,
+        f"  slots {assumed.parallel} {_flag(assumed, '-np', 'parallel')}, {slots}",
+        f"  cache type K {assumed.cache_type_k} {_flag(assumed, '-ctk', 'cache_type_k')},"
+        f" V {assumed.cache_type_v} {_flag(assumed, '-ctv', 'cache_type_v')}",
+        f"  flash attention {fa} {_flag(assumed, '-fa', 'flash_attn')}",
+        f"  batch {assumed.batch_size} {_flag(assumed, '-b', 'batch_size')},"
+        f" ubatch {assumed.ubatch_size} {_flag(assumed, '-ub', 'ubatch_size')}",
+        f"  mmap {mmap} {_flag(assumed, '--no-mmap', 'mmap')}"
+        + (", embedding run: no logits" if assumed.embedding else ""),
+    ]
+
+
+def estimate_table(shape: ModelShape, report: Estimate) -> str:
+    """Assumed parameters, per-layer table and totals (full-offload VRAM, CPU-only RAM, per-layer cost)."""
+    profile = report.profile
+    n = profile.n_blocks
+    full, cpu = report.full_offload, report.cpu_only
     gpu = full.devices[0]
     lines = [
         f"{shape.name or shape.path} ({shape.architecture}): {n} blocks, {format_bytes(shape.tensor_bytes)} of weights"
         f" in {len(shape.files)} file{'s' if len(shape.files) > 1 else ''}",
+        "",
+        *parameter_lines(report.parameters),
         "",
         _row("layers", "weights", "KV/state", "per layer"),
     ]
@@ -53,8 +187,9 @@ def estimate_table(shape: ModelShape, profile: MemoryProfile) -> str:
     lines += [
         "",
         "full offload, one GPU:",
-        f"  VRAM {format_bytes(gpu.total_bytes)} = weights {format_bytes(gpu.weight_bytes + gpu.output_bytes)}"
-        f" + KV {format_bytes(gpu.kv_bytes)} + compute {format_bytes(gpu.compute_bytes)}"
+        f"  VRAM {format_bytes(gpu.total_bytes)} = weights {format_bytes(gpu.weight_bytes)}"
+        f" + output {format_bytes(gpu.output_bytes)} + KV {format_bytes(gpu.kv_bytes)}"
+        f" + compute {format_bytes(gpu.compute_bytes)}"
         f" + runtime {format_bytes(gpu.fixed_bytes)}"
         + (f" + extras {format_bytes(gpu.extra_bytes)}" if gpu.extra_bytes else ""),
         f"  host RAM {format_bytes(full.workers[0].ram_bytes)}",
