@@ -1,8 +1,9 @@
 """Layout -> llama.cpp command lines: one ``llama-server`` and one ``rpc-server`` per RPC device.
 
 The main command pins the layout exactly: integer per-device layer counts as ``-ts`` with the
-matching ``-ngl``, the device list in llama.cpp order (RPC servers first), and ``--fit off`` so that
-llama.cpp does not re-fit what was decided here. Device names follow ggml: ``CUDA0``, ``ROCm1``,
+matching ``-ngl``, the device list in llama.cpp order (RPC servers first), and, on builds that have
+it (``PlannerConfig.llama_cpp_build``), ``--fit off`` so that llama.cpp does not re-fit what was
+decided here. Device names follow ggml: ``CUDA0``, ``ROCm1``,
 ``Vulkan0``, ... for local GPUs, ``RPC0``, ``RPC1``, ... for the ``--rpc`` endpoints in order.
 """
 
@@ -88,7 +89,9 @@ def server_command(
             argv += ["--rpc", ",".join(endpoints)]
     if not expert_flags(params).given:
         argv += expert_args(layout, expertless_blocks)
-    argv += ["--fit", "off", *extra_args]
+    if config.llama_cpp_build.has_fit_flag:
+        argv += ["--fit", "off"]
+    argv += list(extra_args)
     return Command(worker=main.name, program=program, argv=tuple(argv))
 
 

@@ -69,7 +69,9 @@ def evaluate(
         reasons=reasons,
         messages=tuple(reason.message for reason in reasons),
         stats=(stats,),
-        commands=commands(
+        commands=()
+        if reasons
+        else commands(
             cluster,
             layout,
             model_path(deployment),

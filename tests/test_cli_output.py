@@ -205,3 +205,58 @@ def test_estimate_help_lists_the_llama_cpp_flags_it_reads(capsys: pytest.Capture
     for flag, name in _ALIASES.items():
         if name not in placement:
             assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", out), flag
+
+
+def test_an_infeasible_layout_gets_no_launch_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    layout = tmp_path / "too-much-on-gpu-b.yaml"
+    layout.write_text(
+        "main_worker: gpu-a\nn_blocks: 80\noutput_offloaded: true\n"
+        "devices: [{worker: gpu-b, gpu_index: 0, blocks: 40}, {worker: gpu-a, gpu_index: 0, blocks: 40}]\n",
+        encoding="utf-8",
+    )
+    code, out = run(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--layout", str(layout))
+    assert code == EXIT_NO_FIT
+    assert "gpu-b:cuda:0 needs" in out and "no launch commands: this layout does not fit" in out
+    assert "llama-server" not in out and "rpc-server" not in out
+    data = plan_json(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--layout", str(layout))
+    assert data["status"] == "infeasible" and data["commands"] == []
+    code, out = run(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--layout", LAYOUT)
+    assert code == EXIT_PLACED and "rpc-server --host" in out and "llama-server -m" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "fit_off"),
+    [
+        ((), True),
+        (("--llama-cpp-build", "current"), True),
+        (("--llama-cpp-build", "legacy"), False),
+        (("--offload-order", "output-last"), False),  # output-last builds predate --fit
+        (("--offload-order", "output-first"), True),
+    ],
+)
+def test_the_build_decides_whether_fit_off_is_emitted(
+    capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], fit_off: bool
+) -> None:
+    data = plan_json(capsys, "plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, *flags)
+    (server,) = [command for command in data["commands"] if command["program"] == "llama-server"]
+    argv = server["argv"]
+    assert ("--fit" in argv) is fit_off
+    if fit_off:
+        assert argv[argv.index("--fit") + 1] == "off"
+
+
+def test_a_build_and_an_offload_order_that_disagree_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ("--llama-cpp-build", "current", "--offload-order", "output-last")
+    assert main(["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, *flags]) == 2
+    assert "llama_cpp_build current offloads output-first, not output-last" in capsys.readouterr().err
+
+
+def test_planner_config_derives_the_build_and_the_order_from_each_other() -> None:
+    from layerfit.domain import PlannerConfig
+    from layerfit.domain.config import LlamaCppBuild, OffloadOrder
+
+    assert PlannerConfig().llama_cpp_build is LlamaCppBuild.CURRENT
+    assert PlannerConfig(offload_order=OffloadOrder.OUTPUT_LAST).llama_cpp_build is LlamaCppBuild.LEGACY
+    assert PlannerConfig(llama_cpp_build=LlamaCppBuild.LEGACY).offload_order is OffloadOrder.OUTPUT_LAST
+    with pytest.raises(ValueError, match="offloads output-last, not output-first"):
+        PlannerConfig(llama_cpp_build=LlamaCppBuild.LEGACY, offload_order=OffloadOrder.OUTPUT_FIRST)

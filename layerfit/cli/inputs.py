@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
+from layerfit.domain.config import LlamaCppBuild, OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.params import LlamaParams
 from layerfit.errors import InputError
@@ -16,9 +16,13 @@ from layerfit.io import load_file, load_model
 
 
 def planner_config(args: argparse.Namespace) -> PlannerConfig:
-    return PlannerConfig(
-        policy=Policy(args.policy), time_limit_s=args.time_limit, offload_order=OffloadOrder(args.offload_order)
-    )
+    data = {
+        "policy": Policy(args.policy),
+        "time_limit_s": args.time_limit,
+        "offload_order": OffloadOrder(args.offload_order) if args.offload_order else None,
+        "llama_cpp_build": LlamaCppBuild(args.llama_cpp_build) if args.llama_cpp_build else None,
+    }
+    return load_model(PlannerConfig, data, "command line")
 
 
 def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]) -> Deployment:

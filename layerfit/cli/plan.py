@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from layerfit.cli.common import EXAMPLES, HELP_FORMAT, exit_code, seconds
-from layerfit.domain.choices import ModelKind, OffloadOrder, Policy
+from layerfit.domain.choices import LlamaCppBuild, ModelKind, OffloadOrder, Policy
 
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
@@ -75,8 +75,14 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--offload-order",
         choices=[o.value for o in OffloadOrder],
-        default=OffloadOrder.OUTPUT_FIRST.value,
-        help="output-last for llama.cpp builds older than December 2025",
+        help="-ngl's order (default: the build's; output-last for builds older than December 2025)",
+    )
+    parser.add_argument(
+        "--llama-cpp-build",
+        choices=[b.value for b in LlamaCppBuild],
+        help="the llama.cpp the commands are for: current (December 2025 on: output-first -ngl, --fit off "
+        "emitted) or legacy (older: output-last -ngl, no --fit flag); default: what --offload-order implies, "
+        "else current",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--plot", help="draw the plan into FILE.png, FILE.svg or FILE.html")

@@ -123,6 +123,8 @@ def render_plan(plan: Plan) -> str:
     if plan.relaxations:
         lines.append("  would fit with any one of:")
         lines += [f"    - {relaxation.message}" for relaxation in plan.relaxations]
+    if best is not None and not plan.commands and plan.status.value == "infeasible":
+        lines.append("  no launch commands: this layout does not fit")
     if plan.commands:
         lines.append("  commands:")
         lines += [f"    [{command.worker}] {command.line}" for command in plan.commands]

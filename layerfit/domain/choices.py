@@ -20,6 +20,26 @@ class OffloadOrder(StrEnum):
     OUTPUT_LAST = "output-last"
 
 
+class LlamaCppBuild(StrEnum):
+    """Which llama.cpp the command lines are for: it decides ``-ngl``'s order and the flags emitted.
+
+    ``CURRENT`` is llama.cpp since December 2025: output-first ``-ngl`` (ggml-org/llama.cpp#18148)
+    and ``--fit`` (#16653, on by default, so plans pass ``--fit off``). ``LEGACY`` is older builds:
+    output-last ``-ngl`` and no ``--fit`` flag (passing it would stop llama-server at start-up).
+    """
+
+    CURRENT = "current"
+    LEGACY = "legacy"
+
+    @property
+    def offload_order(self) -> OffloadOrder:
+        return OffloadOrder.OUTPUT_FIRST if self is LlamaCppBuild.CURRENT else OffloadOrder.OUTPUT_LAST
+
+    @property
+    def has_fit_flag(self) -> bool:
+        return self is LlamaCppBuild.CURRENT
+
+
 class Policy(StrEnum):
     """Tie-break between equally good layouts."""
 

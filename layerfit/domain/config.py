@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.domain.choices import LlamaCppBuild as LlamaCppBuild
 from layerfit.domain.choices import OffloadOrder as OffloadOrder
 from layerfit.domain.choices import Policy as Policy
+
+_BUILD_KEYS = ("llama_cpp_build", "offload_order")
 
 
 class PlannerConfig(Frozen):
     """Knobs of the heuristic, the solver and the planner. Defaults follow GPUStack and llama.cpp."""
 
+    llama_cpp_build: LlamaCppBuild = LlamaCppBuild.CURRENT
+    """The llama.cpp the commands are for; when only ``offload_order`` is given, the build it implies."""
     offload_order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
+    """``-ngl``'s order; when only ``llama_cpp_build`` is given, that build's order."""
     policy: Policy = Policy.BINPACK
     max_rpc_servers: PosInt = 8
     """At most this many rpc-servers per deployment (GPUStack ``DEFAULT_MAX_RPC_SERVER_COUNT``)."""
@@ -39,3 +47,24 @@ class PlannerConfig(Frozen):
     with their blocks."""
     rpc_port_base: PosInt = 50052
     """rpc-server ports: base, base+1, ... per server on a worker."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _build_and_order_agree(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = {key: value for key, value in data.items() if value is not None or key not in _BUILD_KEYS}
+        build, order = data.get("llama_cpp_build"), data.get("offload_order")
+        if build is not None and order is not None:
+            if LlamaCppBuild(build).offload_order is not OffloadOrder(order):
+                raise ValueError(
+                    f"llama_cpp_build {LlamaCppBuild(build).value} offloads "
+                    f"{LlamaCppBuild(build).offload_order.value}, not {OffloadOrder(order).value}"
+                )
+        elif build is not None:
+            data = {**data, "offload_order": LlamaCppBuild(build).offload_order}
+        elif order is not None:
+            first = OffloadOrder(order) is OffloadOrder.OUTPUT_FIRST
+            data = {**data, "llama_cpp_build": LlamaCppBuild.CURRENT if first else LlamaCppBuild.LEGACY}
+        return data
+
