@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, cast
 
-from layerfit.cli import estimate, plan, replan
+from layerfit.cli import estimate, examples, plan, replan, schema
 from layerfit.cli.common import EXAMPLES, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, HELP_FORMAT
 from layerfit.errors import InputError, LayerfitError
 
@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.register(commands)
     estimate.register(commands)
     replan.register(commands)
+    examples.register(commands)
+    schema.register(commands)
     return parser
 
 

@@ -19,7 +19,7 @@ EXIT_BAD_INPUT = 2
 HELP_FORMAT = argparse.RawDescriptionHelpFormatter
 
 EXAMPLES = """\
-examples:
+examples (`layerfit examples examples` writes the bundled examples/ folder):
   layerfit plan --cluster examples/cluster.yaml --deployment examples/deployment.yaml
   layerfit plan --cluster examples/cluster.yaml --model model.gguf --ctx-size 32768 -ngl 99 --distributed
   layerfit plan --cluster examples/cluster.yaml --deployment examples/deployment.yaml --plot plan.png

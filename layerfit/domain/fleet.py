@@ -7,7 +7,7 @@ from typing import Literal, Self
 
 from pydantic import Field, computed_field, model_validator
 
-from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt
 from layerfit.domain.choices import Executor as Executor
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import Policy
@@ -172,6 +172,8 @@ class TierBound(Frozen):
 class FleetPlan(Frozen):
     """The answer for a fleet."""
 
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """Version of this JSON shape (``layerfit schema fleet``)."""
     status: Status
     placements: tuple[PlacedReplica, ...] = ()
     unplaced: tuple[UnplacedReplica, ...] = ()

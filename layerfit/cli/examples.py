@@ -1,0 +1,54 @@
+"""``layerfit examples DIR``: write the bundled example inputs (shipped inside the package) to DIR."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT
+
+
+def example_files() -> dict[str, bytes]:
+    """The bundled examples by file name: a cluster, deployments, a layout and a fleet."""
+    folder = files("layerfit") / "examples"
+    return {entry.name: entry.read_bytes() for entry in folder.iterdir() if entry.name.endswith(".yaml")}
+
+
+def cmd_examples(args: argparse.Namespace, rest: list[str]) -> int:
+    from layerfit.errors import InputError
+
+    if rest:
+        raise InputError("examples", f"unexpected arguments {rest}")
+    target = Path(args.directory)
+    if target.exists() and not target.is_dir():
+        raise InputError(str(target), "exists and is not a directory")
+    bundled = example_files()
+    clashes = sorted(name for name in bundled if (target / name).exists())
+    if clashes and not args.force:
+        raise InputError(str(target), f"already has {', '.join(clashes)}; pass --force to overwrite")
+    target.mkdir(parents=True, exist_ok=True)
+    for name, data in sorted(bundled.items()):
+        (target / name).write_bytes(data)
+        print(target / name)
+    print(
+        f"{len(bundled)} example files written; try: layerfit plan --cluster {target / 'cluster.yaml'} "
+        f"--deployment {target / 'deployment.yaml'}",
+        file=sys.stderr,
+    )
+    return EXIT_PLACED
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``examples`` to the subcommands."""
+    examples = commands.add_parser(
+        "examples",
+        help="write the bundled example inputs (cluster, deployments, layout, fleet) to a folder",
+        epilog=EXAMPLES,
+        formatter_class=HELP_FORMAT,
+        allow_abbrev=False,
+    )
+    examples.add_argument("directory", help="folder to write them to (created if missing)")
+    examples.add_argument("--force", action="store_true", help="overwrite files of the same name")
+    examples.set_defaults(handler=cmd_examples)
