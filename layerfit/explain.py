@@ -160,6 +160,7 @@ def free_memory_relaxation(
             worker=first.worker,
             gpu_index=first.gpu_index if len(layout.devices) == 1 else None,
             gpu_layers=profile.n_layers,
+            layout=layout,
         )
         best = (short, relaxation)
     return None if best is None else best[1]

@@ -1,104 +1,230 @@
-"""Pictures of placements: one bar per GPU and one RAM bar per worker, as PNG, SVG or HTML.
+"""Pictures of placements: what is needed against what is free, per GPU and per worker.
 
-Each GPU bar is as long as the GPU's allocatable VRAM; its segments are, per deployment, the
-weights (blocks and output layer), the KV cache, the compute buffer and the fixed per-process
-cost; what is left is drawn as free. A bar that runs past its capacity is drawn in red. The fleet
-view puts the current placement and the new one side by side. HTML pages are self-contained (the
-SVG is inlined). Needs matplotlib: ``pip install 'layerfit[plot]'``.
+One bar per GPU and one RAM bar per worker; a unified-memory worker is one bar, its single pool
+(RAM and its GPUs' VRAM claims against its allocatable memory). A bar's segments are, per
+deployment, the terms of its claims (weights, output layer, KV cache, compute, runtime). A black
+tick marks what is allocatable; what stays free is drawn light grey, and a need beyond the tick
+is hatched red and labelled with the shortfall. PNG, SVG or HTML; the HTML page is self-contained
+(inline SVG), with a legend, a table of the figures, and hover details on every segment.
+Needs matplotlib: ``pip install 'layerfit[plot]'``.
 """
 
 from __future__ import annotations
 
 import html
 import io
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from layerfit.domain.base import GiB
-from layerfit.domain.cluster import Cluster
-from layerfit.domain.layout import Claims
+from layerfit.domain.base import GiB, format_bytes
+from layerfit.domain.cluster import Cluster, Worker
+from layerfit.domain.layout import Claims, DeviceClaim, WorkerClaim
 from layerfit.errors import InputError
 
 Assignment = tuple[str, Claims]
 """A deployment (or replica) name and the claims of its layout."""
+Panel = tuple[str, Sequence[Assignment]]
+"""A title and the assignments drawn under it."""
 
-_PARTS = ("weights", "KV cache", "compute", "fixed")
-_SHADES = (1.0, 0.7, 0.5, 0.3)
+PARTS = ("weights", "output", "KV", "compute", "runtime")
+_SHADES = (1.0, 0.8, 0.6, 0.45, 0.3)
 _FORMATS = (".png", ".svg", ".html")
+_GAP_COLOUR = "#d62728"
 
 
-def _bars(cluster: Cluster, assignments: Sequence[Assignment]) -> list[dict[str, Any]]:
-    """One row per GPU and per worker RAM: label, capacity and (deployment, part, bytes) segments."""
-    rows: list[dict[str, Any]] = []
-    for worker in cluster.workers:
-        for gpu in worker.gpus:
-            segments = []
-            for name, claims in assignments:
-                for device in claims.devices:
-                    if (device.worker, device.gpu_index) == (worker.name, gpu.index):
-                        parts = (
-                            device.weight_bytes + device.output_bytes + device.extra_bytes,
-                            device.kv_bytes,
-                            device.compute_bytes,
-                            device.fixed_bytes,
-                        )
-                        segments += [(name, part, size) for part, size in zip(_PARTS, parts, strict=True) if size]
-            rows.append(
-                {
-                    "label": f"{worker.name}:{gpu.type}:{gpu.index}",
-                    "capacity": gpu.allocatable_vram_bytes,
-                    "segments": segments,
-                }
+@dataclass(frozen=True)
+class Segment:
+    owner: str
+    part: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One GPU, one worker's RAM, or one unified pool: its segments against its allocatable memory."""
+
+    label: str
+    kind: Literal["gpu", "ram", "pool"]
+    capacity: int
+    segments: tuple[Segment, ...]
+
+    @property
+    def needed(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    @property
+    def free(self) -> int:
+        """Allocatable minus needed: negative when short."""
+        return self.capacity - self.needed
+
+
+def _device_parts(device: DeviceClaim) -> tuple[int, ...]:
+    return (
+        device.weight_bytes,
+        device.output_bytes,
+        device.kv_bytes,
+        device.compute_bytes,
+        device.fixed_bytes + device.extra_bytes,
+    )
+
+
+def _worker_parts(claim: WorkerClaim) -> tuple[int, ...]:
+    return (
+        claim.weight_bytes + claim.expert_bytes + claim.embedding_bytes,
+        claim.output_bytes,
+        claim.kv_bytes,
+        claim.compute_bytes,
+        claim.fixed_bytes,
+    )
+
+
+def _segments(owner: str, parts: tuple[int, ...]) -> list[Segment]:
+    return [Segment(owner, part, size) for part, size in zip(PARTS, parts, strict=True) if size]
+
+
+def _worker_bars(worker: Worker, assignments: Sequence[Assignment], cluster: Cluster) -> list[Bar]:
+    gpu_segments: dict[int, list[Segment]] = {gpu.index: [] for gpu in worker.gpus}
+    ram_segments: list[Segment] = []
+    for owner, claims in assignments:
+        for device in claims.devices:
+            if device.worker == worker.name and device.gpu_index in gpu_segments:
+                gpu_segments[device.gpu_index] += _segments(owner, _device_parts(device))
+        claim = claims.worker(worker.name)
+        if claim is not None:
+            ram_segments += _segments(owner, _worker_parts(claim))
+    if worker.unified_memory:
+        pooled = ram_segments + [segment for segments in gpu_segments.values() for segment in segments]
+        label = f"{worker.name} unified pool"
+        return [Bar(label, "pool", worker.allocatable_ram_bytes, tuple(pooled))]
+    bars = [
+        Bar(cluster.gpu_id(worker.name, gpu.index), "gpu", gpu.allocatable_vram_bytes, tuple(gpu_segments[gpu.index]))
+        for gpu in worker.gpus
+    ]
+    return [*bars, Bar(f"{worker.name} RAM", "ram", worker.allocatable_ram_bytes, tuple(ram_segments))]
+
+
+def bars(cluster: Cluster, assignments: Sequence[Assignment]) -> list[Bar]:
+    """Every GPU and worker of the cluster as bars, in cluster order."""
+    return [bar for worker in cluster.workers for bar in _worker_bars(worker, assignments, cluster)]
+
+
+def _colour(base: tuple[float, ...], part: str) -> tuple[float, float, float]:
+    shade = _SHADES[PARTS.index(part)]
+    return (1 - (1 - base[0]) * shade, 1 - (1 - base[1]) * shade, 1 - (1 - base[2]) * shade)
+
+
+def _gap_text(bar: Bar) -> str:
+    if not bar.segments:
+        return f"unused: {format_bytes(bar.capacity)} free"
+    if bar.free < 0:
+        short = format_bytes(-bar.free)
+        return f"needs {format_bytes(bar.needed)}, {format_bytes(bar.capacity)} allocatable: {short} short"
+    return f"needs {format_bytes(bar.needed)} of {format_bytes(bar.capacity)}: {format_bytes(bar.free)} free after"
+
+
+def _draw(ax: Any, rows: list[Bar], colours: dict[str, Any], title: str, tips: dict[str, str]) -> None:
+    """One panel; every drawn patch gets an SVG id, and ``tips`` maps the id to its hover text."""
+    for y, bar in enumerate(rows):
+        left = 0
+        for segment in bar.segments:
+            (patch,) = ax.barh(
+                y,
+                segment.size / GiB,
+                left=left / GiB,
+                color=_colour(colours[segment.owner], segment.part),
+                edgecolor="white",
+                linewidth=0.5,
             )
-        ram_segments = []
-        for name, claims in assignments:
-            claim = claims.worker(worker.name)
-            if claim is not None and claim.ram_bytes:
-                parts = (
-                    claim.weight_bytes + claim.embedding_bytes + claim.output_bytes,
-                    claim.kv_bytes,
-                    claim.compute_bytes,
-                    claim.fixed_bytes,
-                )
-                ram_segments += [(name, part, size) for part, size in zip(_PARTS, parts, strict=True) if size]
-        rows.append({"label": f"{worker.name} RAM", "capacity": worker.allocatable_ram_bytes, "segments": ram_segments})
-    return rows
-
-
-def _draw(ax: Any, rows: list[dict[str, Any]], colours: dict[str, Any], title: str) -> None:
-    for y, row in enumerate(rows):
-        left = 0.0
-        for name, part, size in row["segments"]:
-            shade = _SHADES[_PARTS.index(part)]
-            base = colours[name]
-            colour = tuple(1 - (1 - c) * shade for c in base[:3])
-            ax.barh(y, size / GiB, left=left, color=colour, edgecolor="white", linewidth=0.5)
-            left += size / GiB
-        capacity = row["capacity"] / GiB
-        if left < capacity:
-            ax.barh(y, capacity - left, left=left, color="#eeeeee", edgecolor="#cccccc", linewidth=0.5)
-        over = left > capacity
-        ax.plot([capacity, capacity], [y - 0.45, y + 0.45], color="red" if over else "black", linewidth=1.5)
+            tip_id = f"lf-tip-{len(tips)}"
+            patch.set_gid(tip_id)
+            tips[tip_id] = f"{bar.label}: {segment.owner} {segment.part} {format_bytes(segment.size)}"
+            left += segment.size
+        capacity = bar.capacity / GiB
+        if bar.free >= 0:
+            (patch,) = ax.barh(
+                y, bar.free / GiB, left=left / GiB, color="#eeeeee", edgecolor="#cccccc", linewidth=0.5
+            )
+        else:
+            (patch,) = ax.barh(
+                y,
+                -bar.free / GiB,
+                left=capacity,
+                color="none",
+                edgecolor=_GAP_COLOUR,
+                hatch="////",
+                linewidth=1.0,
+            )
+        tip_id = f"lf-tip-{len(tips)}"
+        patch.set_gid(tip_id)
+        tips[tip_id] = f"{bar.label}: {_gap_text(bar)}"
+        short = bar.free < 0
+        ax.plot([capacity, capacity], [y - 0.45, y + 0.45], color="black", linewidth=1.5)
         ax.text(
-            max(left, capacity) + 0.2,
+            max(bar.needed / GiB, capacity) + 0.3,
             y,
-            f"{left:.1f} / {capacity:.1f} GiB" + ("  OVER" if over else ""),
+            _gap_text(bar),
             va="center",
-            fontsize=8,
-            color="red" if over else "black",
+            fontsize=7.5,
+            color=_GAP_COLOUR if short else "black",
+            fontweight="bold" if short else "normal",
         )
-    ax.set_yticks(range(len(rows)), [row["label"] for row in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), [bar.label for bar in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
-    ax.set_xlabel("GiB")
+    widest = max((max(bar.needed, bar.capacity) for bar in rows), default=GiB) / GiB
+    ax.set_xlim(0, widest * 1.85)  # room for the labels
+    ax.set_xlabel("GiB (black tick: allocatable)")
     ax.set_title(title, fontsize=10)
 
 
-def render(
-    cluster: Cluster,
-    panels: Sequence[tuple[str, Sequence[Assignment]]],
-    path: str | Path,
-) -> Path:
+def _with_tooltips(svg: str, tips: dict[str, str]) -> str:
+    """Put an SVG ``<title>`` (the browser's hover text) in every group matplotlib wrote for a patch."""
+
+    def add_title(match: re.Match[str]) -> str:
+        return f"{match[0]}<title>{html.escape(tips[match[1]])}</title>"
+
+    return re.sub(r'<g id="(lf-tip-\d+)">', add_title, svg)
+
+
+def _table_row(bar: Bar) -> str:
+    style = f" style='color:{_GAP_COLOUR}'" if bar.free < 0 else ""
+    free = format_bytes(bar.free) if bar.free >= 0 else "short " + format_bytes(-bar.free)
+    return (
+        f"<tr{style}><td>{html.escape(bar.label)}</td><td>{format_bytes(bar.needed)}</td>"
+        f"<td>{format_bytes(bar.capacity)}</td><td>{free}</td></tr>"
+    )
+
+
+def _html_page(
+    title: str, svg: str, panels: Sequence[Panel], all_rows: list[list[Bar]], colours: dict[str, Any]
+) -> str:
+    def swatch(colour: tuple[float, float, float]) -> str:
+        rgb = ",".join(str(round(255 * c)) for c in colour[:3])
+        return f"<span style='display:inline-block;width:1em;height:1em;background:rgb({rgb})'></span>"
+
+    legend = [f"<li>{swatch(_colour(base, 'weights'))} {html.escape(name)}</li>" for name, base in colours.items()]
+    grey = (0.35, 0.35, 0.35)
+    legend += [f"<li>{swatch(_colour(grey, part))} {part}</li>" for part in PARTS]
+    legend.append(f"<li>{swatch((0.93, 0.93, 0.93))} free</li>")
+    legend.append(f"<li><span style='color:{_GAP_COLOUR}'>////</span> short: needed beyond what is allocatable</li>")
+    tables = []
+    for (panel_title, _), rows in zip(panels, all_rows, strict=True):
+        body = "".join(_table_row(bar) for bar in rows)
+        tables.append(
+            f"<h2>{html.escape(panel_title)}</h2><table border='1' cellpadding='3' style='border-collapse:collapse'>"
+            f"<tr><th>GPU / worker</th><th>needed</th><th>allocatable</th><th>free after</th></tr>{body}</table>"
+        )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+        f"<body style='font-family:sans-serif'><h1>{html.escape(title)}</h1>"
+        f"<p>Hover a segment for its figures.</p>{svg}"
+        f"<h2>Legend</h2><ul style='list-style:none'>{''.join(legend)}</ul>{''.join(tables)}</body></html>"
+    )
+
+
+def render(cluster: Cluster, panels: Sequence[Panel], path: str | Path) -> Path:
     """Draw one panel per (title, assignments) side by side into ``path`` (.png, .svg or .html)."""
     target = Path(path)
     if target.suffix.lower() not in _FORMATS:
@@ -114,27 +240,31 @@ def render(
     names = list(dict.fromkeys(name for _, assignments in panels for name, _ in assignments))
     palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     colours = {name: palette(i % palette.N) for i, name in enumerate(names)}
-    all_rows = [_bars(cluster, assignments) for _, assignments in panels]
-    height = max(2.5, 0.35 * max(len(rows) for rows in all_rows) + 1.5)
-    figure, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), height), squeeze=False, sharey=True)
+    all_rows = [bars(cluster, assignments) for _, assignments in panels]
+    height = max(2.8, 0.4 * max(len(rows) for rows in all_rows) + 1.8)
+    figure, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), height), squeeze=False, sharey=True)
+    tips: dict[str, str] = {}
     for ax, (title, _), rows in zip(axes[0], panels, all_rows, strict=True):
-        _draw(ax, rows, colours, title)
+        _draw(ax, rows, colours, title, tips)
     handles = [Patch(color=colours[name], label=name) for name in names]
-    greys = {part: str(round(1 - 0.6 * shade, 2)) for part, shade in zip(_PARTS, _SHADES, strict=True)}
-    handles += [Patch(facecolor=grey, label=part) for part, grey in greys.items()]
+    grey = (0.35, 0.35, 0.35)
+    handles += [Patch(facecolor=_colour(grey, part), label=part) for part in PARTS]
     handles.append(Patch(facecolor="#eeeeee", edgecolor="#cccccc", label="free"))
-    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
-    figure.tight_layout(rect=(0, 0.08 + 0.02 * (len(handles) // 6), 1, 1))
-    if target.suffix.lower() == ".html":
+    handles.append(Patch(facecolor="none", edgecolor=_GAP_COLOUR, hatch="////", label="short"))
+    columns = min(len(handles), 9)
+    figure.legend(handles=handles, loc="lower center", ncol=columns, fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.1 + 0.03 * (len(handles) // columns), 1, 1))
+    if target.suffix.lower() == ".png":
+        figure.savefig(target, dpi=120)
+    else:
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg")
-        title = html.escape(" / ".join(t for t, _ in panels))
-        target.write_text(
-            f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-            f"<body style='font-family:sans-serif'><h1>{title}</h1>{buffer.getvalue()}</body></html>",
-            encoding="utf-8",
-        )
-    else:
-        figure.savefig(target, dpi=120)
+        svg = _with_tooltips(buffer.getvalue(), tips)
+        if target.suffix.lower() == ".svg":
+            target.write_text(svg, encoding="utf-8")
+        else:
+            title = " / ".join(t for t, _ in panels)
+            svg_body = svg[svg.index("<svg") :]
+            target.write_text(_html_page(title, svg_body, panels, all_rows, colours), encoding="utf-8")
     plt.close(figure)
     return target

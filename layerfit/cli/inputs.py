@@ -10,7 +10,9 @@ from typing import Any
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import LlamaCppBuild, OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.layout import Claims
 from layerfit.domain.params import LlamaParams
+from layerfit.domain.plan import Plan
 from layerfit.errors import InputError
 from layerfit.io import load_file, load_model
 
@@ -71,3 +73,22 @@ def write_plot(path: str | None, cluster: Cluster, panels: list[tuple[str, list[
 
         written = render(cluster, panels, path)
         print(f"picture written to {written}", file=sys.stderr)
+
+
+def plan_panel(cluster: Cluster, deployment: Deployment, plan: Plan) -> tuple[str, list[tuple[str, Claims]]]:
+    """The picture of a plan: its best layout; when nothing fits, the closest full offload (the
+    layout of the free-memory relaxation), so that the picture shows what is short and where."""
+    title = f"{plan.deployment}: {plan.status.value}"
+    if plan.best is not None:
+        return title, [(plan.deployment, plan.best.claims)]
+    closest = next((r.layout for r in plan.relaxations if r.layout is not None), None)
+    if closest is None:
+        return title, []
+    from layerfit.check import unified_workers
+    from layerfit.memory import claims
+    from layerfit.planner import resolve_profile
+
+    gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in closest.devices)
+    needed = claims(resolve_profile(deployment), closest, unified_workers(cluster))
+    return f"{title}; closest: full offload on {gpus}", [(plan.deployment, needed)]
+

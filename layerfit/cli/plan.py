@@ -13,6 +13,7 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
         check_plot_target,
         check_selection,
         deployment_from_args,
+        plan_panel,
         planner_config,
         write_plot,
     )
@@ -34,11 +35,8 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
     else:
         plan = planner.plan(cluster, deployment, config, explain=args.command == "explain")
     print(plan.model_dump_json(indent=2) if args.json else render_plan(plan))
-    write_plot(
-        args.plot,
-        cluster,
-        [(f"{plan.deployment}: {plan.status.value}", [(plan.deployment, c.claims) for c in [plan.best] if c])],
-    )
+    if args.plot is not None:
+        write_plot(args.plot, cluster, [plan_panel(cluster, deployment, plan)])
     return exit_code(plan.status)
 
 

@@ -39,8 +39,10 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
             for name, layout in before
             if not reference_reasons(fleet.cluster, layout)
         ]
+        lost = [name for name, layout in before if reference_reasons(fleet.cluster, layout)]
+        current = "current" + (f" ({', '.join(lost)} on lost GPUs, not drawn)" if lost else "")
         new = [(f"{p.deployment}#{p.replica}", p.claims) for p in result.placements]
-        write_plot(args.plot, fleet.cluster, [("current", old), ("new plan", new)])
+        write_plot(args.plot, fleet.cluster, [(current, old), ("new plan", new)])
     return exit_code(result.status) if not result.unplaced or result.placements else EXIT_NO_FIT
 
 

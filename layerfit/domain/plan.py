@@ -144,6 +144,8 @@ class Relaxation(Frozen):
     gpu_index: NonNegInt | None = None
     gpu_layers: NonNegInt | None = None
     """Layers on GPUs the relaxed request would reach."""
+    layout: Layout | None = None
+    """For ``free_vram``/``free_ram``: the layout that would fit once that memory is freed."""
 
 
 class DeviceUse(Itemised):

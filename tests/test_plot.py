@@ -1,0 +1,75 @@
+"""Pictures: needed against allocatable per GPU and worker, the gap marked, unified pools as one bar."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from layerfit.cli import EXIT_NO_FIT, EXIT_PLACED, main
+from layerfit.domain import Cluster, Deployment, Layout
+from layerfit.io import load_file
+from layerfit.memory import claims
+from layerfit.planner import resolve_profile
+from layerfit.plot import bars
+
+EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
+CLUSTER = str(EXAMPLES / "cluster.yaml")
+GiB = 1024**3
+
+
+def test_every_gpu_and_worker_is_a_bar_and_a_unified_worker_is_one_pool() -> None:
+    cluster = Cluster.model_validate(
+        {
+            "workers": [
+                {"id": 1, "name": "pc", "total_ram_bytes": "32 GiB", "allocatable_ram_bytes": "30 GiB",
+                 "gpus": [{"index": 0, "total_vram_bytes": "24 GiB", "allocatable_vram_bytes": "22 GiB"}]},
+                {"id": 2, "name": "mac", "unified_memory": True, "total_ram_bytes": "64 GiB",
+                 "allocatable_ram_bytes": "40 GiB",
+                 "gpus": [{"index": 0, "type": "metal", "total_vram_bytes": "48 GiB",
+                           "allocatable_vram_bytes": "48 GiB"}]},
+            ]
+        }
+    )  # fmt: skip
+    deployment = load_file(Deployment, EXAMPLES / "deployment.yaml")
+    profile = resolve_profile(deployment)
+    layout = Layout.model_validate(
+        {"main_worker": "mac", "n_blocks": 80, "output_offloaded": True,
+         "devices": [{"worker": "pc", "gpu_index": 0, "blocks": 30}, {"worker": "mac", "gpu_index": 0, "blocks": 50}]}
+    )  # fmt: skip
+    needed = claims(profile, layout, {"mac"})
+    rows = {bar.label: bar for bar in bars(cluster, [("llama", needed)])}
+    assert list(rows) == ["pc:cuda:0", "pc RAM", "mac unified pool"]
+    assert rows["pc:cuda:0"].needed == needed.vram_bytes("pc", 0)
+    mac = needed.worker("mac")
+    assert mac is not None and rows["mac unified pool"].needed == mac.pool_bytes
+    assert rows["mac unified pool"].free == 40 * GiB - mac.pool_bytes
+    pc = needed.worker("pc")
+    assert pc is not None and rows["pc RAM"].needed == pc.ram_bytes
+
+
+def test_explain_draws_the_closest_layout_with_its_shortfall(tmp_path: Path) -> None:
+    explain = ["explain", "--cluster", CLUSTER, "--deployment", str(EXAMPLES / "too-big.yaml"), "--plot"]
+    page = tmp_path / "too-big.html"
+    code = main([*explain, str(page)])
+    assert code == EXIT_NO_FIT
+    text = page.read_text(encoding="utf-8")
+    assert "closest: full offload on gpu-a:cuda:0, gpu-a:cuda:1" in text
+    # the table and the hover text name the gap on each GPU
+    assert "<td>gpu-a:cuda:0</td><td>24.67 GiB</td><td>22.00 GiB</td><td>short 2.67 GiB</td>" in text
+    assert "<title>gpu-a:cuda:1: needs 24.12 GiB, 22.00 GiB allocatable: 2.12 GiB short</title>" in text
+    tips = re.findall(r"<title>gpu-a:cuda:0: llama-70b-32k (\w+) ", text)
+    assert tips == ["weights", "KV", "compute", "runtime"]
+    assert "<h2>Legend</h2>" in text and "short: needed beyond what is allocatable" in text
+    assert "src=" not in text and "<script" not in text  # self-contained
+    png = tmp_path / "too-big.png"
+    assert main([*explain, str(png)]) == EXIT_NO_FIT
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_placed_plan_shows_what_stays_free(tmp_path: Path) -> None:
+    svg = tmp_path / "plan.svg"
+    code = main(["plan", "--cluster", CLUSTER, "--deployment", str(EXAMPLES / "deployment.yaml"), "--plot", str(svg)])
+    assert code == EXIT_PLACED
+    text = svg.read_text(encoding="utf-8")
+    assert "<title>gpu-a:cuda:0: needs 21.78 GiB of 22.00 GiB: 225.0 MiB free after</title>" in text
+    assert "<title>gpu-b:cuda:0: unused: 15.00 GiB free</title>" in text
