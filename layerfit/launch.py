@@ -126,6 +126,7 @@ def commands(
     *,
     programs: Mapping[str, str] | None = None,
     expertless_blocks: Collection[int] = (),
+    server_args: tuple[str, ...] = (),
 ) -> tuple[Command, ...]:
     """RPC servers first (they must be up before the main process connects), then ``llama-server``."""
     names = {"server": "llama-server", "rpc": "rpc-server", **(programs or {})}
@@ -138,6 +139,13 @@ def commands(
         for device, endpoint in zip(layout.rpc_devices, endpoints, strict=True)
     )
     server = server_command(
-        cluster, layout, model_path, params, config, program=names["server"], expertless_blocks=expertless_blocks
+        cluster,
+        layout,
+        model_path,
+        params,
+        config,
+        program=names["server"],
+        expertless_blocks=expertless_blocks,
+        extra_args=server_args,
     )
     return (*rpc, server)

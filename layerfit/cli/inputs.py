@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -91,4 +93,19 @@ def plan_panel(cluster: Cluster, deployment: Deployment, plan: Plan) -> tuple[st
     gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in closest.devices)
     needed = claims(resolve_profile(deployment), closest, unified_workers(cluster))
     return f"{title}; closest: full offload on {gpus}", [(plan.deployment, needed)]
+
+
+@contextmanager
+def progress_display(args: argparse.Namespace, title: str) -> Iterator[bool]:
+    """A live progress display on standard error while the block runs, only when that is a terminal
+    and neither ``--json`` nor ``--quiet`` was given; otherwise every report is dropped. Yields
+    whether the display is on."""
+    from layerfit.progress import LiveReporter, reporting, stderr_is_terminal
+
+    if args.json or args.quiet or not stderr_is_terminal():
+        with reporting(None):
+            yield False
+        return
+    with LiveReporter(title=title) as live, reporting(live):
+        yield True
 

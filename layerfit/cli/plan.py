@@ -15,6 +15,7 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
         deployment_from_args,
         plan_panel,
         planner_config,
+        progress_display,
         write_plot,
     )
     from layerfit.cli.render import render_plan
@@ -33,7 +34,8 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
     if layout is not None:
         plan = planner.evaluate(cluster, deployment, layout, config)
     else:
-        plan = planner.plan(cluster, deployment, config, explain=args.command == "explain")
+        with progress_display(args, args.command):
+            plan = planner.plan(cluster, deployment, config, explain=args.command == "explain")
     print(plan.model_dump_json(indent=2) if args.json else render_plan(plan))
     if args.plot is not None:
         write_plot(args.plot, cluster, [plan_panel(cluster, deployment, plan)])
@@ -83,4 +85,7 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "else current",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress display (it is shown only when stderr is a terminal)"
+    )
     parser.add_argument("--plot", help="draw the plan into FILE.png, FILE.svg or FILE.html")

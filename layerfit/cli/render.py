@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from layerfit.domain.base import format_bytes
-from layerfit.domain.fleet import FleetPlan
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.fleet import FleetPlan, PlacedReplica, ReplicaChange
 from layerfit.domain.layout import Claims
 from layerfit.domain.plan import Plan
 
@@ -133,24 +134,52 @@ def render_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def render_fleet(plan: FleetPlan) -> str:
-    """A fleet plan as text: placements, unplaced replicas, moves."""
+_CHANGE_NOTES = {"started": "first start", "moved": "move", "stopped": "stops for good"}
+
+
+def _replica_line(cluster: Cluster, placed: PlacedReplica) -> str:
+    gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in placed.layout.devices) or "CPU"
+    return f"    {placed.deployment}#{placed.replica}: {placed.layout.main_worker} [{gpus}]"
+
+
+def render_fleet(plan: FleetPlan, cluster: Cluster) -> str:
+    """A fleet plan as text: replicas kept, moved, started and stopped (each in its own list), the
+    steps in order, what to stop by hand, and the command lines of every placed replica."""
     unproven = f" ({plan.gap_tier} not proven" + (f", gap {plan.gap:.2%})" if plan.gap is not None else ")")
     lines = [f"fleet: {plan.status.value}" + (unproven if plan.gap_tier else "")]
-    lines.append(f"  placed {len(plan.placements)}, unplaced {len(plan.unplaced)}, moves {len(plan.moves)}")
-    for placed in plan.placements:
-        gpus = ", ".join(f"{d.worker}:{d.gpu_index}" for d in placed.layout.devices) or "CPU"
-        moved = " (moved)" if placed.moved else ""
-        lines.append(f"  {placed.deployment}#{placed.replica}: {placed.layout.main_worker} [{gpus}]{moved}")
+    by_change = {change: [p for p in plan.placements if p.change is change] for change in ReplicaChange}
+    placed_changes = (ReplicaChange.KEPT, ReplicaChange.MOVED, ReplicaChange.STARTED)
+    counts = ", ".join(f"{len(by_change[change])} {change.value}" for change in placed_changes)
+    lines.append(
+        f"  {len(plan.placements)} placed ({counts}), {len(plan.stopped)} stopped, {len(plan.unplaced)} not placed"
+    )
+    for change in placed_changes:
+        if by_change[change]:
+            lines.append(f"  {change.value}:")
+            lines += [_replica_line(cluster, placed) for placed in by_change[change]]
+    if plan.stopped:
+        lines.append("  stopped:")
+        lines += [f"    {ref.deployment}#{ref.replica}" for ref in plan.stopped]
     for missing in plan.unplaced:
         why = "; ".join(reason.message for reason in missing.reasons)
-        lines.append(f"  {missing.deployment}#{missing.replica}: not placed: {why}")
+        lines.append(f"  not placed: {missing.deployment}#{missing.replica}: {why}")
     for reason in plan.reasons:
         lines.append(f"  ! {reason.severity.value}: {reason.message}")
+    if plan.lost:
+        lines.append("  stop by hand (their GPU or worker is gone from the cluster):")
+        lines += [
+            f"    {lost.deployment}#{lost.replica} on {lost.worker} [{', '.join(lost.gpus) or 'CPU'}]"
+            for lost in plan.lost
+        ]
     if plan.moves:
-        lines.append("  moves:")
+        lines.append("  steps:")
         for move in plan.moves:
-            note = " (after a stop: downtime)" if move.downtime else ""
-            gpus = ",".join(move.gpus) or "CPU"
-            lines.append(f"    {move.step + 1}. {move.action} {move.deployment}#{move.replica} on {gpus}{note}")
+            note = _CHANGE_NOTES[move.change.value] + (", after a stop: downtime" if move.downtime else "")
+            gpus = ", ".join(move.gpus) or "CPU"
+            lines.append(f"    {move.step + 1}. {move.action} {move.deployment}#{move.replica} on {gpus} ({note})")
+    if plan.commands:
+        lines.append("  commands:")
+        for replica in plan.commands:
+            lines.append(f"    {replica.deployment}#{replica.replica}:")
+            lines += [f"      [{command.worker}] {command.line}" for command in replica.commands]
     return "\n".join(lines)

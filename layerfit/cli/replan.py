@@ -9,7 +9,7 @@ from layerfit.domain.choices import Executor
 
 
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit.cli.inputs import check_plot_target, write_plot
+    from layerfit.cli.inputs import check_plot_target, progress_display, write_plot
     from layerfit.cli.render import render_fleet
     from layerfit.domain.fleet import Fleet, FleetConfig
     from layerfit.errors import InputError
@@ -20,12 +20,14 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
     check_plot_target(args.plot)
     fleet = load_file(Fleet, args.fleet)
     from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
+    from layerfit.fleet.commands import with_commands
 
-    config = FleetConfig(
-        time_limit_s=args.time_limit, executor=Executor(args.executor), progress=not args.quiet and not args.json
-    )
-    result = plan_fleet(fleet, config)
-    print(result.model_dump_json(indent=2) if args.json else render_fleet(result))
+    with progress_display(args, "replan") as shown:
+        config = FleetConfig(time_limit_s=args.time_limit, executor=Executor(args.executor), progress=shown)
+        result = plan_fleet(fleet, config)
+
+    result = with_commands(fleet, result)
+    print(result.model_dump_json(indent=2) if args.json else render_fleet(result, fleet.cluster))
     before = [(f"{p.deployment}#{p.replica}", p.layout) for p in fleet.current]
     if args.plot:
         from layerfit.check import reference_reasons, unified_workers
@@ -55,6 +57,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     replan.add_argument("--time-limit", type=seconds, default=60.0, help="master solver time limit (default 60 s)")
     replan.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value)
     replan.add_argument("--json", action="store_true", help="print the fleet plan as JSON")
-    replan.add_argument("--quiet", action="store_true", help="no progress display")
+    replan.add_argument(
+        "--quiet", action="store_true", help="no progress display (it is shown only when stderr is a terminal)"
+    )
     replan.add_argument("--plot", help="draw current and new placement into FILE.png, FILE.svg or FILE.html")
     replan.set_defaults(handler=cmd_replan)

@@ -13,7 +13,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
-from layerfit.domain.plan import EngineStats, Reason, Status
+from layerfit.domain.plan import Command, EngineStats, Reason, Status
 from layerfit.errors import InputError
 
 
@@ -109,12 +109,31 @@ class Move(Frozen):
     replica: NonNegInt
     worker: str
     gpus: tuple[str, ...]
-    """``worker:index`` of every GPU the replica uses (RPC servers included)."""
+    """``worker:type:index`` of every GPU the replica uses (RPC servers included)."""
     change: ReplicaChange
     """What the step is part of: a first start (``started``), a move (``moved``: its stop and its
     start), or a replica that stops for good (``stopped``)."""
     downtime: bool = False
     """A start whose replica was stopped first because there was no room for both."""
+
+
+class ReplicaCommands(Frozen):
+    """The processes to start for one placed replica: its rpc-servers first, then llama-server."""
+
+    deployment: str
+    replica: NonNegInt
+    commands: tuple[Command, ...]
+
+
+class LostPlacement(Frozen):
+    """A current placement on a GPU or worker the cluster no longer has: not a step of the
+    transition (it frees no memory the plan could use), but its process must be stopped."""
+
+    deployment: str
+    replica: NonNegInt
+    worker: str
+    gpus: tuple[str, ...]
+    """The GPUs it names, ``worker:type:index`` where the cluster still knows the type."""
 
 
 class FleetConfig(Frozen):
@@ -182,6 +201,10 @@ class FleetPlan(Frozen):
     stopped: tuple[ReplicaRef, ...] = ()
     """Replicas with a current placement and none in the plan (on a lost worker, scaled down, or
     evicted by a higher priority)."""
+    lost: tuple[LostPlacement, ...] = ()
+    """Current placements on GPUs or workers that are gone: stop them by hand."""
+    commands: tuple[ReplicaCommands, ...] = ()
+    """Command lines of every placed replica (``layerfit.fleet.commands.with_commands``)."""
     reasons: tuple[Reason, ...] = ()
     """Fleet-level findings: pins that no longer fit, temporary double bookings avoided, ..."""
     objective: tuple[int, ...] = ()

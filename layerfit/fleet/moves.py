@@ -17,9 +17,9 @@ Key = tuple[str, int]
 """(deployment, replica)."""
 
 
-def gpu_names(layout: Layout) -> tuple[str, ...]:
-    """``worker:index`` of every GPU the layout uses."""
-    return tuple(f"{d.worker}:{d.gpu_index}" for d in layout.devices)
+def gpu_names(cluster: Cluster, layout: Layout) -> tuple[str, ...]:
+    """``worker:type:index`` of every GPU the layout uses."""
+    return tuple(cluster.gpu_id(d.worker, d.gpu_index) for d in layout.devices)
 
 
 def assign_replicas(
@@ -84,7 +84,7 @@ class _Transition:
                 deployment=key[0],
                 replica=key[1],
                 worker=layout.main_worker,
-                gpus=gpu_names(layout),
+                gpus=gpu_names(self.cluster, layout),
                 change=change,
                 downtime=downtime,
             )

@@ -8,7 +8,6 @@ count; pinned replicas are fixed), then GPUs and workers used.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -19,21 +18,7 @@ from layerfit.domain.plan import Status
 from layerfit.errors import SolverError
 from layerfit.fleet.greedy import greedy
 from layerfit.fleet.master import Counts, Master
-
-
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, stage: str, started: float) -> None:
-        super().__init__()
-        self._stage = stage
-        self._started = started
-
-    def on_solution_callback(self) -> None:
-        print(
-            f"[{time.perf_counter() - self._started:7.2f}s] {self._stage}: objective {self.ObjectiveValue():.0f}, "
-            f"bound {self.BestObjectiveBound():.0f}",
-            file=sys.stderr,
-            flush=True,
-        )
+from layerfit.progress import Progress, report, solution_callback
 
 
 @dataclass(frozen=True)
@@ -46,6 +31,12 @@ class Tier:
 
 
 TIER_NAMES = ("priority weight placed", "layers on GPUs", "replicas moved", "GPUs and workers used")
+TIER_UNITS = ("priority-weighted replicas", "layers", "replicas", "(GPUs x (workers + 1) + workers)")
+"""What each tier's value counts, for progress reports."""
+
+
+def _stage(position: int, n_tiers: int) -> str:
+    return f"fleet tier {position + 1}/{n_tiers} ({TIER_NAMES[position]})"
 
 
 def tiers_of(master: Master) -> list[Tier]:
@@ -132,7 +123,8 @@ class _Stages:
             self.master.model.maximize(tier.expression)
         else:
             self.master.model.minimize(tier.expression)
-        callback = _Progress(tier.name, self.started) if self.config.progress else None
+        unit = TIER_UNITS[position] if position < len(TIER_UNITS) else ""
+        callback = solution_callback(_stage(position, n_tiers), unit, self.started) if self.config.progress else None
         outcome = self.solver.solve(self.master.model, callback)
         if outcome == cp_model.INFEASIBLE:
             raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
@@ -167,6 +159,11 @@ def solve_tiers(master: Master, config: FleetConfig) -> TierOutcome:
         if stages.reaches_simple_bound(position, tier):
             assert tier.simple_bound is not None
             stages.fix(tier, tier.simple_bound)
+            if config.progress:
+                elapsed = time.perf_counter() - stages.started
+                unit = TIER_UNITS[position] if position < len(TIER_UNITS) else ""
+                value, stage = float(tier.simple_bound), _stage(position, len(tiers))
+                report(Progress(stage, unit, elapsed, value, value, note="proven by a simple bound"))
         elif not stages.solve(position, tier, len(tiers)):
             break
     if stages.counts is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,8 @@ from ortools.sat.python import cp_model_helper as cmh
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.layout import Layout
 from layerfit.errors import SolverError
+from layerfit.progress import active as progress_active
+from layerfit.progress import solution_callback
 from layerfit.solver.build import BuiltModel
 from layerfit.solver.canonical import canonical_layout
 from layerfit.solver.decode import decision_values, decode
@@ -75,8 +78,10 @@ def run(built: BuiltModel, config: PlannerConfig, time_limit_s: float) -> Run:
     if time_limit_s <= 0:
         return NOT_RUN
     solver = solver_for(config, time_limit_s)
+    stage = f"cp-sat for {built.instance.deployment}"
+    callback = solution_callback(stage, "objective points", time.perf_counter()) if progress_active() else None
     try:
-        status = solver.solve(built.model)
+        status = solver.solve(built.model, callback)
     except Exception as exc:  # CP-SAT reports internal failures as plain exceptions
         raise SolverError(f"deployment {built.instance.deployment}: CP-SAT failed: {exc}") from exc
     if status == cp_model.MODEL_INVALID:

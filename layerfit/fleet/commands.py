@@ -1,0 +1,56 @@
+"""What to run and what to stop by hand after a fleet plan: command lines per placed replica, and
+the current placements whose GPUs or workers are gone."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from layerfit.check import reference_reasons
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands
+from layerfit.launch import commands
+from layerfit.planner import model_path
+
+
+def lost_placements(fleet: Fleet) -> tuple[LostPlacement, ...]:
+    """Current placements that name a worker or GPU the cluster no longer has."""
+    return tuple(
+        LostPlacement(
+            deployment=placement.deployment,
+            replica=placement.replica,
+            worker=placement.layout.main_worker,
+            gpus=tuple(fleet.cluster.gpu_id(d.worker, d.gpu_index) for d in placement.layout.devices),
+        )
+        for placement in fleet.current
+        if reference_reasons(fleet.cluster, placement.layout)
+    )
+
+
+SERVER_PORT_BASE = 8080
+"""llama-server's default port; further replicas on the same worker take the next ones."""
+
+
+def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = PlannerConfig()) -> FleetPlan:
+    """The plan with the command lines of every placed replica and the lost placements filled in.
+
+    Replicas sharing a worker must not share ports: each llama-server gets ``--port 8080, 8081, ...``
+    per main worker (unless the deployment sets ``--port`` itself), and rpc-servers take ports from
+    ``config.rpc_port_base`` on, never twice in the plan.
+    """
+    deployments = {deployment.name: deployment for deployment in fleet.deployments}
+    servers_on: Counter[str] = Counter()
+    rpc_ports_taken = 0
+    per_replica = []
+    for placed in plan.placements:
+        deployment = deployments[placed.deployment]
+        worker = placed.layout.main_worker
+        own_port = any(arg == "--port" or arg.startswith("--port=") for arg in deployment.params.extra)
+        port = () if own_port else ("--port", str(SERVER_PORT_BASE + servers_on[worker]))
+        servers_on[worker] += 1
+        shifted = config.model_copy(update={"rpc_port_base": config.rpc_port_base + rpc_ports_taken})
+        rpc_ports_taken += len(placed.layout.rpc_devices)
+        lines = commands(
+            fleet.cluster, placed.layout, model_path(deployment), deployment.params, shifted, server_args=port
+        )
+        per_replica.append(ReplicaCommands(deployment=placed.deployment, replica=placed.replica, commands=lines))
+    return plan.model_copy(update={"commands": tuple(per_replica), "lost": lost_placements(fleet)})

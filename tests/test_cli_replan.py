@@ -1,0 +1,123 @@
+"""replan's output: starts, moves and stops apart, stops on lost GPUs, command lines per replica;
+progress shown live on a terminal and never when piped."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from layerfit.cli import EXIT_PLACED, main
+from layerfit.progress import LineReporter, LiveReporter, Progress, report, reporting
+
+EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
+FLEET = str(EXAMPLES / "fleet.yaml")
+
+
+def replan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[str, str]:
+    assert main(["replan", *argv, "--time-limit", "5"]) == EXIT_PLACED
+    out, err = capsys.readouterr()
+    return out, err
+
+
+def section(out: str, title: str) -> list[str]:
+    lines = out.splitlines()
+    start = lines.index(f"  {title}:")
+    body = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("    "):
+            break
+        body.append(line.strip())
+    return body
+
+
+def test_starts_moves_and_stops_are_listed_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    out, err = replan(capsys, FLEET)
+    assert err == ""  # stderr is not a terminal here: no progress
+    assert "6 placed (1 kept, 1 moved, 4 started), 0 stopped, 0 not placed" in out
+    assert [line.split(":")[0] for line in section(out, "kept")] == ["mistral-7b#0"]
+    assert [line.split(":")[0] for line in section(out, "moved")] == ["qwen-30b#0"]
+    assert len(section(out, "started")) == 4
+    assert "(moved)" not in out
+    # the replica on the lost GPU: its stop is listed, by hand, under the one GPU name
+    assert section(out, "stop by hand (their GPU or worker is gone from the cluster)") == [
+        "qwen-30b#0 on gpu-c [gpu-c:unknown:1]"
+    ]
+    steps = section(out, "steps")
+    assert all(step.endswith(("(first start)", "(move)", "(stops for good)")) for step in steps)
+    assert [step for step in steps if step.endswith("(move)")] == [
+        next(step for step in steps if "qwen-30b#0" in step)
+    ]
+
+
+def test_command_lines_per_replica_with_ports_that_do_not_clash(capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(replan(capsys, FLEET, "--json")[0])
+    assert data["schema_version"] == 1
+    assert [(lost["deployment"], lost["gpus"]) for lost in data["lost"]] == [("qwen-30b", ["gpu-c:unknown:1"])]
+    placed = {(p["deployment"], p["replica"]): p for p in data["placements"]}
+    commands = {(c["deployment"], c["replica"]): c["commands"] for c in data["commands"]}
+    assert commands.keys() == placed.keys()
+    ports: dict[str, list[str]] = {}
+    for key, lines in commands.items():
+        server = lines[-1]
+        assert server["program"] == "llama-server" and server["worker"] == placed[key]["layout"]["main_worker"]
+        argv = server["argv"]
+        ports.setdefault(server["worker"], []).append(argv[argv.index("--port") + 1])
+    for worker_ports in ports.values():
+        assert len(set(worker_ports)) == len(worker_ports)
+    for move in data["moves"]:
+        assert all(gpu.count(":") == 2 for gpu in move["gpus"])  # worker:type:index
+
+
+def test_a_fresh_fleet_only_starts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fleet = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text(encoding="utf-8"))
+    fleet["current"] = []
+    path = tmp_path / "fresh.yaml"
+    path.write_text(yaml.safe_dump(fleet), encoding="utf-8")
+    out, _ = replan(capsys, str(path))
+    assert "0 kept, 0 moved" in out and "  moved:" not in out and "stop by hand" not in out
+    assert all(step.endswith("(first start)") for step in section(out, "steps"))
+
+
+def test_progress_names_the_stage_and_the_units() -> None:
+    stream = io.StringIO()
+    with reporting(LineReporter(stream)):
+        report(Progress("fleet tier 2/4 (layers on GPUs)", "layers", 1.5, best=150, bound=161))
+    assert stream.getvalue().strip() == (
+        "[   1.50 s] fleet tier 2/4 (layers on GPUs), best 150 layers, bound 161 layers, gap 7.3%"
+    )
+    with reporting(None):
+        report(Progress("dropped", "layers", 0.0))  # no reporter shown: nothing anywhere
+
+
+def test_the_live_display_draws_stage_elapsed_best_bound_and_gap() -> None:
+    from rich.console import Console
+
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, width=160)
+    with LiveReporter(console, title="replan") as live:
+        live.update(Progress("fleet tier 1/4 (priority weight placed)", "priority-weighted replicas", 0.3, 6, 9))
+    drawn = stream.getvalue()
+    for piece in ("replan: fleet tier 1/4 (priority weight placed)", "best 6 priority-weighted replicas",
+                  "bound 9 priority-weighted replicas", "gap 50.0%"):  # fmt: skip
+        assert piece in drawn
+
+
+@pytest.mark.parametrize(
+    ("terminal", "json_flag", "quiet", "shown"),
+    [(True, False, False, True), (False, False, False, False), (True, True, False, False), (True, False, True, False)],
+)
+def test_progress_is_shown_only_on_a_terminal_without_json_or_quiet(
+    monkeypatch: pytest.MonkeyPatch, terminal: bool, json_flag: bool, quiet: bool, shown: bool
+) -> None:
+    import layerfit.progress
+    from layerfit.cli.inputs import progress_display
+
+    monkeypatch.setattr(layerfit.progress, "stderr_is_terminal", lambda: terminal)
+    with progress_display(argparse.Namespace(json=json_flag, quiet=quiet), "plan") as on:
+        assert on is shown
+        assert layerfit.progress.active() is shown
