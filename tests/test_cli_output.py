@@ -169,7 +169,7 @@ def test_estimate_states_every_assumed_parameter(capsys: pytest.CaptureFixture[s
     assert "32768 for this model" in out
     for line in ("slots 4 (-np, default)", "K f16 (-ctk, default)", "V f16 (-ctv, default)", "auto, estimated as on"):
         assert line in out
-    assert "batch 2048 (-b, default), ubatch 512 (-ub, default)" in out and "mmap on (--no-mmap, default)" in out
+    assert "batch 2048 (-b, default), ubatch 512 (-ub, default)" in out and "mmap on (-lm, default)" in out
     data = json.loads(run(capsys, "estimate", model, "--json")[1])
     assert data["schema_version"] == 1
     assumed = data["parameters"]
@@ -181,6 +181,9 @@ def test_estimate_states_every_assumed_parameter(capsys: pytest.CaptureFixture[s
     assert (given["cache_type_k"], given["flash_attn"], given["flash_attn_estimated_on"]) == ("q8_0", "off", False)
     assert given["ubatch_size"] == 256
     assert not {"ctx_size", "parallel", "cache_type_k", "flash_attn", "ubatch_size"} & set(given["defaults"])
+    training = json.loads(run(capsys, "estimate", model, "-c", "0", "--json")[1])["parameters"]
+    assert (training["ctx_size"], training["training_ctx"]) == (32768, True) and "ctx_size" not in training["defaults"]
+    assert "ctx 32768 (-c): the training context (-c 0)" in run(capsys, "estimate", model, "-c", "0")[1]
     text = run(capsys, "estimate", model, "-c", "16384", "-np", "1")[1]
     assert "ctx 16384 (-c); training context 32768" in text and "slots 1 (-np), one KV cache per sequence" in text
 
@@ -196,15 +199,19 @@ def test_estimate_totals_are_the_planner_claims(capsys: pytest.CaptureFixture[st
 
 
 def test_estimate_help_lists_the_llama_cpp_flags_it_reads(capsys: pytest.CaptureFixture[str]) -> None:
-    from layerfit.domain.params import _ALIASES
+    from layerfit.domain.flag_table import Effect
+    from layerfit.domain.flags import all_flags
 
     with pytest.raises(SystemExit):
         main(["estimate", "--help"])
     out = capsys.readouterr().out
     placement = {"n_gpu_layers", "tensor_split"}  # decided by the planner, not by the estimate
-    for flag, name in _ALIASES.items():
-        if name not in placement:
-            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", out), flag
+    modelled = [flag for flag in all_flags() if flag.effect is Effect.MODELLED and flag.note not in placement]
+    assert len(modelled) >= 10
+    for flag in modelled:
+        for name in flag.names:
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", out), name
+    assert "--tensor-split" not in out
 
 
 def test_an_infeasible_layout_gets_no_launch_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

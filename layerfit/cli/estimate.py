@@ -6,18 +6,34 @@ import argparse
 
 from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT
 
-LLAMA_FLAGS = """\
-llama.cpp parameters that change the estimate (others are kept and passed on to llama-server):
-  -c, --ctx-size N           context tokens (default 8192, GPUStack's; the output names the training context)
-  -np, --parallel N          sequences (default: llama-server's 4 slots sharing one KV cache)
-  -ctk, --cache-type-k TYPE  K cache: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)
-  -ctv, --cache-type-v TYPE  V cache, same types (default f16; quantized needs flash attention)
-  -fa, --flash-attn on|off|auto  flash attention (default auto, estimated as on)
-  -b, --batch-size N         logical batch (default 2048)
-  -ub, --ubatch-size N       micro-batch: sizes the compute buffers (default 512)
-  --mmap, --no-mmap          map the model file (default on)
-  -mm, --mmproj FILE         multimodal projector: weights and compute on the main GPU
-"""
+_ESTIMATE_FIELDS = {
+    "ctx_size": "context tokens (default 8192, GPUStack's; 0 = the training context, as in llama.cpp)",
+    "parallel": "sequences (default: llama-server's 4 slots sharing one KV cache)",
+    "cache_type_k": "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)",
+    "cache_type_v": "V cache type, same types (default f16; quantized needs flash attention)",
+    "flash_attn": "flash attention on|off|auto (default auto, estimated as on)",
+    "batch_size": "logical batch (default 2048)",
+    "ubatch_size": "micro-batch: sizes the compute buffers (default 512)",
+    "load_mode": "how the model file is loaded (default: memory-mapped)",
+    "mmproj": "multimodal projector: weights and compute on the main GPU",
+    "expert_flags": "MoE experts kept in host RAM (in the order given)",
+}
+"""The ``LlamaParams`` fields an estimate depends on, with what they do (placement flags excluded)."""
+
+
+def llama_flags_help() -> str:
+    """The llama.cpp options the estimate reads, with their names from the flag table."""
+    from layerfit.domain.flag_table import LLAMA_CPP_VERSION
+    from layerfit.domain.flags import all_flags
+
+    lines = [f"llama.cpp options that change the estimate ({LLAMA_CPP_VERSION}; others pass through or are refused):"]
+    for flag in all_flags():
+        if flag.field in _ESTIMATE_FIELDS:
+            value = " VALUE" if flag.arity else ""
+            lines.append(f"  {', '.join(flag.names) + value:<32} {_ESTIMATE_FIELDS[flag.field]}")
+    return "\n".join(lines) + "\n"
+
+
 
 
 def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:
@@ -38,7 +54,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "estimate",
         help="memory of a GGUF model, per layer and in total",
         description="The memory llama.cpp will allocate for a GGUF model, read from its header.",
-        epilog=LLAMA_FLAGS + "\n" + EXAMPLES,
+        epilog=llama_flags_help() + "\n" + EXAMPLES,
         formatter_class=HELP_FORMAT,
     )
     estimate.add_argument("model", help="GGUF file; llama.cpp parameters may follow (--ctx-size, -ctk, -fa, -np ...)")

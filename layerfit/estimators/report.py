@@ -46,6 +46,8 @@ class AssumedParameters(Frozen):
 
     ctx_size: NonNegInt
     """Context tokens the KV cache holds (``-c``)."""
+    training_ctx: bool = False
+    """``-c 0``: the context is the training context."""
     training_ctx_size: NonNegInt | None
     """The model's training context (``-c 0`` in llama.cpp); ``None`` when the file does not say."""
     parallel: NonNegInt
@@ -76,10 +78,11 @@ def assumed_parameters(shape: ModelShape, params: LlamaParams, settings: Setting
         "flash_attn": params.flash_attn != "auto",
         "batch_size": params.batch_size is not None,
         "ubatch_size": params.ubatch_size is not None,
-        "mmap": not params.mmap,
+        "mmap": params.load_mode is not None,
     }
     return AssumedParameters(
         ctx_size=settings.ctx,
+        training_ctx=params.uses_training_ctx,
         training_ctx_size=shape.context_length or None,
         parallel=settings.n_seq,
         unified_kv=settings.unified_kv,
@@ -143,6 +146,8 @@ def parameter_lines(assumed: AssumedParameters) -> list[str]:
     if "ctx_size" in assumed.defaults and assumed.ctx_size == DEFAULT_CTX_SIZE:
         ctx += ": GPUStack's default; llama.cpp's own default (-c 0) is the training context"
         ctx += f", {training} for this model" if training else " (not in this file)"
+    elif "ctx_size" not in assumed.defaults and assumed.ctx_size == training and assumed.training_ctx:
+        ctx += ": the training context (-c 0)"
     elif training and assumed.ctx_size != training:
         ctx += f"; training context {training}"
     slots = "one KV cache shared by the slots" if assumed.unified_kv else "one KV cache per sequence"
@@ -157,7 +162,7 @@ def parameter_lines(assumed: AssumedParameters) -> list[str]:
         f"  flash attention {fa} {_flag(assumed, '-fa', 'flash_attn')}",
         f"  batch {assumed.batch_size} {_flag(assumed, '-b', 'batch_size')},"
         f" ubatch {assumed.ubatch_size} {_flag(assumed, '-ub', 'ubatch_size')}",
-        f"  mmap {mmap} {_flag(assumed, '--no-mmap', 'mmap')}"
+        f"  mmap {mmap} {_flag(assumed, '-lm', 'mmap')}"
         + (", embedding run: no logits" if assumed.embedding else ""),
     ]
 
