@@ -8,8 +8,9 @@ from collections import Counter
 from layerfit.check import reference_reasons
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands
+from layerfit.experts import expertless_blocks
 from layerfit.launch import commands
-from layerfit.planner import model_path
+from layerfit.planner import model_path, resolve_profile
 
 
 def lost_placements(fleet: Fleet) -> tuple[LostPlacement, ...]:
@@ -50,7 +51,13 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
         shifted = config.model_copy(update={"rpc_port_base": config.rpc_port_base + rpc_ports_taken})
         rpc_ports_taken += len(placed.layout.rpc_devices)
         lines = commands(
-            fleet.cluster, placed.layout, model_path(deployment), deployment.params, shifted, server_args=port
+            fleet.cluster,
+            placed.layout,
+            model_path(deployment),
+            deployment.params,
+            shifted,
+            expertless_blocks=expertless_blocks(resolve_profile(deployment)),
+            server_args=port,
         )
         per_replica.append(ReplicaCommands(deployment=placed.deployment, replica=placed.replica, commands=lines))
     return plan.model_copy(update={"commands": tuple(per_replica), "lost": lost_placements(fleet)})
