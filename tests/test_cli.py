@@ -213,7 +213,7 @@ def test_ctx_zero_is_the_training_context(capsys: pytest.CaptureFixture[str], tm
 
     trained_ctx = str(read_gguf(str(path)).context_length)
     code, trained, _ = run(capsys, "estimate", str(path), "-c", trained_ctx, "--json")
-    assert json.loads(out)["block_kv_bytes"] == json.loads(trained)["block_kv_bytes"]
+    assert json.loads(out)["profile"]["block_kv_bytes"] == json.loads(trained)["profile"]["block_kv_bytes"]
 
 
 def test_a_closed_pipe_is_no_traceback() -> None:
