@@ -93,6 +93,39 @@ def switch_relaxations(
     return found
 
 
+def block_ranges(blocks: tuple[int, ...]) -> str:
+    """``0–23, 30`` for blocks 0 to 23 and 30."""
+    runs: list[list[int]] = []
+    for block in blocks:
+        if runs and block == runs[-1][-1] + 1:
+            runs[-1].append(block)
+        else:
+            runs.append([block])
+    return ", ".join(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+
+
+def expert_relaxation(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, plan: PlanFunction
+) -> Relaxation | None:
+    """Experts of some blocks in host RAM, where CPU offloading or the settings ruled that out."""
+    if not profile.is_moe or profile.fixed_host_experts is not None:
+        return None
+    if deployment.cpu_offloading and config.expert_offload:
+        return None  # the plan already tried it
+    relaxed = deployment.model_copy(update={"cpu_offloading": True})
+    layout = plan(cluster, relaxed, config.model_copy(update={"expert_offload": True}), profile).layout
+    if layout is None or not layout.host_expert_blocks:
+        return None
+    blocks = layout.host_expert_blocks
+    return Relaxation(
+        kind="experts_on_host",
+        message=f"would fit with experts of blocks {block_ranges(blocks)} on the host: "
+        f"{layout.gpu_layers} of {profile.n_layers} layers on GPUs",
+        value=len(blocks),
+        gpu_layers=layout.gpu_layers,
+    )
+
+
 def ctx_relaxation(
     cluster: Cluster,
     deployment: Deployment,
@@ -185,11 +218,15 @@ def relaxations(
     profile_at: Callable[[int], MemoryProfile] | None = None,
     budget: ExplainBudget | None = None,
 ) -> tuple[Relaxation, ...]:
-    """Every single change that would make the deployment fit: switches, ctx, memory to free.
+    """Every single change that would make the deployment fit: switches, experts on the host, ctx,
+    memory to free.
 
     With a ``budget``, the layouts scanned for memory to free stop at its deadline (``plan`` is
     expected to honour the budget itself)."""
     found = switch_relaxations(cluster, deployment, profile, config, plan)
+    experts = expert_relaxation(cluster, deployment, profile, config, plan)
+    if experts is not None:
+        found.append(experts)
     if profile_at is not None:
         ctx = ctx_relaxation(cluster, deployment, config, plan, profile_at)
         if ctx is not None:

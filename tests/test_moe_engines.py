@@ -159,3 +159,20 @@ def test_planner_keeps_as_few_experts_on_the_host_as_brute_force(
         # one GPU, alike blocks: the first k blocks are as good as any k, so the bisection over
         # --n-cpu-moe is exact
         assert len(result.best.layout.host_expert_blocks) == best
+
+
+def test_explain_names_the_blocks_whose_experts_would_stay_on_the_host() -> None:
+    profile = moe_profile()
+    cluster = one_gpu_cluster(2000)
+    for deployment, config in (
+        (Deployment(name="m", profile=profile, cpu_offloading=False), CONFIG),
+        (
+            Deployment(name="m", profile=profile, cpu_offloading=False),
+            CONFIG.model_copy(update={"expert_offload": False}),
+        ),
+    ):
+        result = plan(cluster, deployment, config)
+        assert result.status is Status.INFEASIBLE
+        (experts,) = [r for r in result.relaxations if r.kind == "experts_on_host"]
+        assert experts.message.startswith("would fit with experts of blocks 0–4 on the host")
+        assert experts.value == 5 and experts.gpu_layers == profile.n_layers

@@ -136,10 +136,11 @@ class Relaxation(Frozen):
     """A change to the request or the cluster that would make a deployment fit."""
 
     kind: str
-    """``allow_cpu_offloading``, ``allow_distribution``, ``ctx_size``, ``free_vram``, ``free_ram``."""
+    """``allow_cpu_offloading``, ``allow_distribution``, ``experts_on_host``, ``ctx_size``, ``free_vram``,
+    ``free_ram``."""
     message: str
     value: int | None = None
-    """The new ctx size, or the bytes to free."""
+    """The new ctx size, the bytes to free, or the blocks whose experts would stay on the host."""
     worker: str | None = None
     gpu_index: NonNegInt | None = None
     gpu_layers: NonNegInt | None = None

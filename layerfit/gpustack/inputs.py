@@ -166,7 +166,13 @@ def deployment_from_gpustack(
 
 
 def config_from_gpustack(model: Any, config: PlannerConfig = PlannerConfig()) -> PlannerConfig:
-    """The planner settings a GPUStack model asks for: its ``placement_strategy`` (spread, binpack)."""
+    """The planner settings a GPUStack model asks for: its ``placement_strategy`` (spread, binpack).
+
+    Expert offload is off: GPUStack's candidate carries layers and a tensor split, not ``-ot``, so
+    experts stay with their blocks unless the model's backend parameters already keep them on the
+    host (``--n-cpu-moe``, ``--cpu-moe``, ``-ot ...=CPU``: planned as given, passed on as given).
+    """
+    config = config.model_copy(update={"expert_offload": False})
     strategy = field(model, "placement_strategy", None)
     if strategy is None:
         return config

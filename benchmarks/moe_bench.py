@@ -1,0 +1,97 @@
+"""MoE placement: layers and expert blocks on GPUs, host bytes read per token, per engine.
+
+Profiles of Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss-120b and DeepSeek-V3 (headers from
+``layerfit.estimators.synthetic``, ``-c 8192``) on one worker with one GPU of 8-48 GiB and plenty
+of RAM. Engines: the planner (heuristic with the MoE stage, then CP-SAT), the heuristic alone with
+the MoE stage, and GPUStack's order (``expert_offload=False``: layer-level partial offload).
+Host bytes per token: the dense weights of host-resident tensors in full plus their expert
+tensors times ``expert_used_count / expert_count`` (only the routed experts are read).
+
+    python benchmarks/moe_bench.py [--models qwen3-30b-a3b ...] [--vram-gib 8 16 24 48]
+
+Timings are wall-clock on whatever machine runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from layerfit.domain import Cluster, Deployment, Gpu, LlamaParams, MemoryProfile, PlannerConfig, Worker
+from layerfit.domain.layout import Layout
+from layerfit.estimators import estimate_profile
+from layerfit.estimators.shape import ModelShape, read_gguf
+from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
+from layerfit.experts import with_host_experts
+from layerfit.heuristics.moe import plan_with_experts
+from layerfit.planner import plan
+
+GiB = 1024**3
+MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3")
+CONFIG = PlannerConfig(time_limit_s=10)
+
+
+def cluster(vram_gib: int) -> Cluster:
+    gpu = Gpu(index=0, total_vram_bytes=vram_gib * GiB, allocatable_vram_bytes=vram_gib * GiB)
+    worker = Worker(id=1, name="w", total_ram_bytes=2048 * GiB, allocatable_ram_bytes=2048 * GiB, gpus=(gpu,))
+    return Cluster(workers=(worker,))
+
+
+def host_bytes_per_token(shape: ModelShape, profile: MemoryProfile, layout: Layout) -> float:
+    share = shape.expert_used_count / shape.expert_count if shape.expert_count else 1.0
+    total = 0.0
+    for block in layout.experts_on_host:
+        experts = profile.expert_bytes(block)
+        dense = profile.block_weight_bytes[block] - experts if block < layout.cpu_blocks else 0
+        total += dense + experts * share
+    if not layout.output_offloaded:
+        total += profile.output_weight_bytes
+    return total
+
+
+def row(engine: str, shape: ModelShape, profile: MemoryProfile, layout: Layout | None, seconds: float) -> str:
+    if layout is None:
+        return f"  {engine:22s} nothing fits ({seconds * 1000:.0f} ms)"
+    moe_blocks = [b for b in range(profile.n_blocks) if profile.expert_bytes(b)]
+    on_gpus = sum(1 for b in moe_blocks if b >= layout.cpu_blocks and b not in layout.host_expert_blocks)
+    host = host_bytes_per_token(shape, profile, layout) / GiB
+    return (
+        f"  {engine:22s} layers {layout.gpu_layers:3d}/{profile.n_layers}  expert blocks on GPUs "
+        f"{on_gpus:3d}/{len(moe_blocks)}  host GiB/token {host:7.3f}  {seconds * 1000:8.1f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--vram-gib", nargs="*", type=int, default=[8, 16, 24, 48])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.models:
+            path = Path(scratch) / f"{name}.gguf"
+            write_gguf(path, REAL_MODELS[name])
+            shape = read_gguf(str(path))
+            profile = estimate_profile(shape, LlamaParams(ctx_size=8192))
+            deployment = Deployment(name=name, profile=profile)
+            print(f"{name}: {profile.n_blocks} blocks, {sum(profile.block_weight_bytes) / GiB:.1f} GiB of blocks")
+            for vram in args.vram_gib:
+                print(f" one {vram} GiB GPU")
+                where = cluster(vram)
+                started = time.perf_counter()
+                planned = plan(where, deployment, CONFIG, profile, explain=False)
+                print(row("planner (MoE stage)", shape, profile, planned.layout, time.perf_counter() - started))
+                started = time.perf_counter()
+                quick, blocks = plan_with_experts(where, deployment, CONFIG, profile)
+                layout = None if quick.layout is None else with_host_experts(quick.layout, blocks)
+                print(row("heuristic (MoE stage)", shape, profile, layout, time.perf_counter() - started))
+                started = time.perf_counter()
+                parity = plan(
+                    where, deployment, CONFIG.model_copy(update={"expert_offload": False}), profile, explain=False
+                )
+                print(row("GPUStack order", shape, profile, parity.layout, time.perf_counter() - started))
+
+
+if __name__ == "__main__":
+    main()
