@@ -108,6 +108,8 @@ def plan(
     ``benchmarks/time_bounds.py`` for measured figures). A stage that hit its limit says so in its
     ``EngineStats`` (``truncated`` in the heuristic's and explain's details, the solver's status).
     """
+    if deployment.has_ctx_range:
+        return _plan_ctx_range(cluster, deployment, config, profile, explain=explain, deadline=deadline)
     from layerfit import solver
     from layerfit.heuristics.moe import plan_with_experts
 
@@ -157,6 +159,49 @@ def plan(
         ),
         **use_of(cluster, best.layout, best.claims),
     )
+
+
+def _plan_ctx_range(
+    cluster: Cluster,
+    deployment: Deployment,
+    config: PlannerConfig,
+    profile: MemoryProfile | None,
+    *,
+    explain: bool,
+    deadline: Deadline | None,
+) -> Plan:
+    """``plan`` for a deployment whose context is a range (``layerfit.context``)."""
+    from layerfit.context import ctx_bounds, ctx_candidates, plan_context
+
+    training = None
+    if deployment.gguf_path is not None:
+        from layerfit.estimators.shape import read_gguf
+
+        training = read_gguf(deployment.gguf_path).context_length
+    bounds = ctx_bounds(deployment, training)
+    if bounds is None:
+        raise InputError(f"deployment[{deployment.name}]", "has no context range")
+    values = ctx_candidates(*bounds)
+    overall = Deadline.after(config.time_limit_s).earlier(deadline)
+    steps = 2 + max(1, len(values)).bit_length()
+    fixed_base = deployment.model_copy(update={"ctx_auto": False, "ctx_min": None, "ctx_max": None})
+    step_config = config.model_copy(update={"time_limit_s": max(config.time_limit_s / steps, 0.05)})
+
+    def plan_at(_: Deployment, ctx: int, with_explain: bool) -> Plan:
+        params = deployment.params.model_copy(update={"ctx_size": ctx})
+        fixed = fixed_base.model_copy(update={"params": params})
+        at_ctx = profile_at_ctx(deployment, ctx) if profile is None else _scaled(profile, deployment, ctx)
+        return plan(cluster, fixed, step_config, at_ctx, explain=explain and with_explain, deadline=overall)
+
+    reference = profile if profile is not None else profile_at_ctx(deployment, values[0])
+    return plan_context(deployment, values, plan_at, reference)
+
+
+def _scaled(profile: MemoryProfile, deployment: Deployment, ctx: int) -> MemoryProfile:
+    """A given profile at another context: re-estimated from the GGUF file, else KV scaled."""
+    if deployment.gguf_path is not None:
+        return profile_at_ctx(deployment, ctx)
+    return profile_at_ctx(deployment.model_copy(update={"profile": profile}), ctx)
 
 
 def with_experts(

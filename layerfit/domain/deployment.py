@@ -33,6 +33,13 @@ class Deployment(Frozen):
     replicas: PosInt = 1
     priority: NonNegInt = 0
     """Higher is more important (fleet planning)."""
+    ctx_auto: bool = False
+    """The context is a decision (``layerfit.context``): the training context, shrunk to fit down
+    to 4096, as llama.cpp does when no ``-c`` is given."""
+    ctx_min: PosInt | None = None
+    """With ``ctx_max``: the context is a decision, any multiple of 256 in the range will do."""
+    ctx_max: PosInt | None = None
+    """Default with ``ctx_min`` alone: the model's training context."""
 
     @model_validator(mode="before")
     @classmethod
@@ -62,12 +69,28 @@ class Deployment(Frozen):
             raise InputError(
                 f"deployment[{self.name}].params.ctx_size", "0 (the training context) needs gguf_path, not a profile"
             )
+        self._check_ctx_range()
         if self.gpu_selection is not None:
             if not self.gpu_selection:
                 raise InputError(f"deployment[{self.name}].gpu_selection", "empty selection; omit it instead")
             if len(set(self.gpu_selection)) != len(self.gpu_selection):
                 raise InputError(f"deployment[{self.name}].gpu_selection", "a GPU is selected twice")
         return self
+
+    def _check_ctx_range(self) -> None:
+        where = f"deployment[{self.name}]"
+        ranged = self.ctx_min is not None or self.ctx_max is not None
+        if self.ctx_auto and ranged:
+            raise InputError(f"{where}.ctx_auto", "give either ctx_auto or ctx_min/ctx_max, not both")
+        if (self.ctx_auto or ranged) and self.params.ctx_size is not None:
+            raise InputError(f"{where}.ctx_min", "a context range and a fixed --ctx-size contradict each other")
+        if self.ctx_min is not None and self.ctx_max is not None and self.ctx_min > self.ctx_max:
+            raise InputError(f"{where}.ctx_min", f"{self.ctx_min} exceeds ctx_max {self.ctx_max}")
+
+    @property
+    def has_ctx_range(self) -> bool:
+        """The context is a decision rather than a fixed ``-c``."""
+        return self.ctx_auto or self.ctx_min is not None or self.ctx_max is not None
 
     @property
     def selected_workers(self) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from layerfit.domain.fleet import (
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
-from layerfit.errors import SolverError
+from layerfit.errors import InputError, SolverError
 from layerfit.fleet.candidates import CandidateSet, CandidateTask, candidates_task, valid_candidates
 from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier_bound, trivial_bounds
 from layerfit.fleet.executors import run_tasks
@@ -118,6 +118,10 @@ def plan_fleet(
     planner_config: PlannerConfig = PlannerConfig(time_limit_s=2.0),
 ) -> FleetPlan:
     """Place every replica that fits, jointly; then order the moves from the current placement."""
+    ranged = [d.name for d in fleet.deployments if d.has_ctx_range]
+    if ranged:
+        problem = "a context range (ctx_auto, ctx_min/ctx_max) is planned per deployment, not by the fleet yet"
+        raise InputError(f"deployment[{ranged[0]}]", problem)
     started = time.perf_counter()
     profiles = dict(zip((d.name for d in fleet.deployments), resolve_profiles(fleet.deployments), strict=True))
     candidates = run_tasks(candidates_task, _candidate_tasks(fleet, profiles, config, planner_config), config)
