@@ -178,12 +178,23 @@ def main_host_overhead_bytes(
 # ---------------------------------------------------------------------------------------------
 
 
-def claims(profile: MemoryProfile, layout: Layout, unified_workers: Collection[str] = ()) -> Claims:
+def claims(
+    profile: MemoryProfile,
+    layout: Layout,
+    unified_workers: Collection[str] = (),
+    *,
+    op_offload_gpu: tuple[str, int] | None = None,
+) -> Claims:
     """Per-device VRAM and per-worker RAM a layout needs; the single definition of memory use.
 
     ``unified_workers`` names workers with one CPU/GPU memory pool: their GPUs use the profile's
     ``unified`` role costs, and their ``WorkerClaim.pool_bytes`` adds RAM and VRAM together.
+    ``op_offload_gpu`` (worker, GPU index): a layout with every layer on the host, run by a GPU build
+    that sees that GPU (``-ngl 0`` without ``--device none``); it gets a claim with no layers but the
+    process's fixed cost and the op-offload compute buffer, and the host the smaller buffer.
     """
+    if op_offload_gpu is not None and not layout.devices and profile.op_offload_compute_bytes:
+        return _op_offload_claims(profile, layout, op_offload_gpu, unified_workers)
     if layout.n_blocks != profile.n_blocks:
         raise InputError("layout.n_blocks", f"layout has {layout.n_blocks} blocks, the model has {profile.n_blocks}")
     partial = is_partial(layout)
@@ -230,6 +241,30 @@ def claims(profile: MemoryProfile, layout: Layout, unified_workers: Collection[s
         )
         first = end
     return Claims(devices=tuple(device_claims), workers=_worker_claims(profile, layout, device_claims, unified_workers))
+
+
+def _op_offload_claims(
+    profile: MemoryProfile, layout: Layout, gpu: tuple[str, int], unified_workers: Collection[str]
+) -> Claims:
+    costs = profile.role_costs(DeviceRole.MAIN, gpu[0] in unified_workers)
+    device = DeviceClaim(
+        worker=gpu[0],
+        gpu_index=gpu[1],
+        role=DeviceRole.MAIN,
+        blocks=0,
+        first_block=layout.n_blocks,
+        holds_output=False,
+        weight_bytes=0,
+        kv_bytes=0,
+        output_bytes=0,
+        compute_bytes=profile.op_offload_compute_bytes,
+        fixed_bytes=costs.fixed_bytes,
+        extra_bytes=profile.extra_main_gpu_bytes,
+    )
+    workers = list(_worker_claims(profile, layout, (device,), unified_workers))
+    host_compute = profile.op_offload_host_compute_bytes
+    workers[0] = workers[0].model_copy(update={"compute_bytes": host_compute})
+    return Claims(devices=(device,), workers=tuple(workers))
 
 
 def _worker_claims(

@@ -187,6 +187,8 @@ class Interpretation:
     layout: Layout
     positions: dict[str, int]
     """Measured device name -> position in ``layout.devices``."""
+    op_offload_gpu: tuple[str, int] | None = None
+    """``-ngl 0`` in a CUDA build (op offload): the GPU llama.cpp still computes on."""
 
 
 def interpret(run: Run, n_blocks: int) -> Interpretation:
@@ -219,7 +221,16 @@ def interpret(run: Run, n_blocks: int) -> Interpretation:
     layout = layout_from_flags(MAIN, gpus, n_blocks, run.ngl if gpus else 0, shares)
     where = {(d.worker, d.gpu_index): position for position, d in enumerate(layout.devices)}
     positions = {name: where[gpu] for name, gpu in zip(names, gpus, strict=True) if gpu in where}
-    return Interpretation(params=params, runtime=runtime, layout=layout, positions=positions)
+    op_offload = run.backend == "cuda" and not layout.devices and "--no-op-offload" not in run.extra
+    if op_offload:
+        positions["CUDA0"] = 0
+    return Interpretation(
+        params=params,
+        runtime=runtime,
+        layout=layout,
+        positions=positions,
+        op_offload_gpu=(MAIN, 0) if op_offload else None,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,7 +291,7 @@ def compare_run(
     run: Run, profile: MemoryProfile, interpretation: Interpretation, host_report_offset: int = 0
 ) -> Iterator[Comparison]:
     """Every measured figure of the run beside the memory model's claim for it."""
-    needed = claims(profile, interpretation.layout)
+    needed = claims(profile, interpretation.layout, op_offload_gpu=interpretation.op_offload_gpu)
     slack = 1.0 if run.tool == "llama-fit-params" else 0.01  # buffer lines: two decimals
     for name, measured in run.devices.items():
         if name == HOST:

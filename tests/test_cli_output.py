@@ -96,7 +96,8 @@ def test_gemma_row_shows_the_output_layer_and_runtime(capsys: pytest.CaptureFixt
     _, rows = table(out, "GPU")
     (row,) = rows
     assert row.split()[:4] == ["gpu-b:cuda:0", "CUDA0", "main", "18"]
-    assert "170.0 MiB" in row and "715.0 MiB" in row and "1.50 GiB" in row
+    # a quantized model with flash attention: no cuBLAS, 620 MiB per process (608-617 measured)
+    assert "170.0 MiB" in row and "620.0 MiB" in row and "1.41 GiB" in row
     assert_adds_up(row, 5)
 
 

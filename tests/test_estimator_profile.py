@@ -174,7 +174,7 @@ def test_compute_buffers_of_a_llama_8b(tmp_path: Path) -> None:
     assert profile.host_compute.full_offload_bytes == 4 * e + m
     assert profile.host_compute.multi_device_bytes == 10 * e + 4 * m
     assert profile.host_output_compute_bytes == logits + e  # a CPU-only run computes the logits itself
-    assert profile.main.fixed_bytes == 715 * MiB
+    assert profile.main.fixed_bytes == 620 * MiB  # all matrices quantized, flash attention: no cuBLAS
 
 
 def test_attention_scores_without_flash_attention_grow_with_context(tmp_path: Path) -> None:
@@ -206,8 +206,10 @@ def test_tied_embeddings_cost_nothing_more_on_the_host(tmp_path: Path) -> None:
 
 def test_runtime_costs_are_configurable(tmp_path: Path) -> None:
     path = str(write_tiny(tmp_path, data="header"))
-    default = estimate_profile(path)
+    default = estimate_profile(path)  # F16 matrices: cuBLAS
     assert default.main.fixed_bytes == default.rpc.fixed_bytes == default.local.fixed_bytes == 715 * MiB
+    no_flash = estimate_profile(_llama8b(tmp_path), LlamaParams.from_args(["-fa", "off"]))
+    assert no_flash.main.fixed_bytes == 715 * MiB
     cpu = estimate_profile(path, runtime=RuntimeCosts(backend="cpu"))
     assert cpu.rpc.fixed_bytes == 0
     custom = estimate_profile(path, runtime=RuntimeCosts(gpu_fixed_bytes=600 * MiB, rpc_host_fixed_bytes=MiB))

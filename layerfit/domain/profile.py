@@ -109,6 +109,12 @@ class MemoryProfile(Frozen):
     embedding costs nothing more there: the host reuses the token embedding)."""
     host_output_compute_bytes: Bytes = 0
     """Host compute added when the output layer stays on the host (the CPU computes the logits)."""
+    op_offload_compute_bytes: Bytes = 0
+    """A GPU build with every layer on the host (``-ngl 0`` without ``--device none``): the compute
+    buffer llama.cpp still reserves on its first GPU, which runs the large-batch operations (a
+    copy of the output layer's weights, the logits, hidden states). 0: not modelled."""
+    op_offload_host_compute_bytes: Bytes = 0
+    """The host compute buffer in that case (the GPU took the large operations)."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
 

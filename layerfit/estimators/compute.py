@@ -88,6 +88,9 @@ class ComputeEstimate:
     first_device: int
     host: ComputeBuffer
     host_output: int
+    op_offload: int
+    """``-ngl 0`` in a GPU build: the first GPU's buffer besides the output weights it copies."""
+    op_offload_host: int
 
 
 def activations(
@@ -156,4 +159,6 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
             multi_device_bytes=HOST_PIPELINE_STATES * e + PIPELINE_COPIES * m,
         ),
         host_output=max(cpu_only - host_partial, 0),
+        op_offload=act.logits + OUTPUT_STATES * e if gpu else 0,
+        op_offload_host=HOST_STATES * e + m if gpu else 0,
     )

@@ -28,7 +28,12 @@ DEFAULT_UBATCH = 512
 DEFAULT_BATCH = 2048
 GPU_RUNTIME_BYTES = 715 * MiB
 """Per-process cost on a GPU that llama.cpp's buffers do not show (CUDA context, cuBLAS
-workspace, pool): the largest ``unaccounted`` figure measured on an H200 (608–715 MiB)."""
+workspace, pool): the largest ``unaccounted`` figure measured on an H200 (701–715 MiB with F16
+weights, an F32 MoE router or ``-fa off``, which run through cuBLAS)."""
+GPU_RUNTIME_QUANTIZED_BYTES = 620 * MiB
+"""The same when every matrix weight is quantized and flash attention is on: llama.cpp's own
+kernels (MMQ, flash attention) do every product and cuBLAS is never loaded. Measured 608–617 MiB
+on an H200 (Q4_0 Llama 8B/70B, the gemma-3-270m Q4_K_M mix); 620 keeps an upper bound."""
 HOST_RUNTIME_BYTES = {"cuda": 384 * MiB, "cpu": 64 * MiB}
 """RAM of a llama.cpp process besides its buffers (libraries, CUDA host allocations)."""
 VOCAB_ENTRY_BYTES = 96
@@ -52,9 +57,16 @@ class RuntimeCosts(Frozen):
 
     @property
     def gpu_fixed(self) -> int:
+        """Per process and GPU when cuBLAS may be loaded (the upper bound)."""
+        return self.gpu_fixed_for(cublas=True)
+
+    def gpu_fixed_for(self, *, cublas: bool) -> int:
+        """Per process and GPU; ``cublas=False``: every product runs in llama.cpp's own kernels."""
         if self.gpu_fixed_bytes is not None:
             return self.gpu_fixed_bytes
-        return GPU_RUNTIME_BYTES if self.backend == "cuda" else 0
+        if self.backend != "cuda":
+            return 0
+        return GPU_RUNTIME_BYTES if cublas else GPU_RUNTIME_QUANTIZED_BYTES
 
     @property
     def host_runtime(self) -> int:
@@ -144,7 +156,8 @@ def estimate_profile(
         shape, cache, n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, logits=not settings.embedding
     )
     compute = compute_buffers(act, runtime.backend)
-    role = RoleCosts(fixed_bytes=runtime.gpu_fixed, compute=compute.device)
+    cublas = shape.float_matrix_weights or not settings.flash_attn
+    role = RoleCosts(fixed_bytes=runtime.gpu_fixed_for(cublas=cublas), compute=compute.device)
     projector_bytes, projector_warnings = _projector(params, settings.flash_attn)
     host_output = shape.host_output_layer_bytes
     experts, fixed_experts, override_warnings = _host_parts(shape, params)
@@ -167,6 +180,8 @@ def estimate_profile(
             output_compute_bytes=compute.output,
             first_device_compute_bytes=compute.first_device,
             host_output_compute_bytes=compute.host_output,
+            op_offload_compute_bytes=compute.op_offload + shape.output_layer_bytes if compute.op_offload else 0,
+            op_offload_host_compute_bytes=compute.op_offload_host,
             warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
         )
     except ValidationError as exc:  # sizes no real model has (a hostile or broken header)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Self
 
-from gguf import Keys
+from gguf import GGMLQuantizationType, Keys
 from pydantic import model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt
@@ -23,6 +23,7 @@ BLOCK_PREFIX = re.compile(r"^blk\.(\d+)\.")
 EXPERT_TENSOR = re.compile(r"^ffn_(up|down|gate|gate_up)_(ch|)exps")
 """A block's routed-expert tensors, named after ``blk.N.``: llama.cpp's ``LLM_FFN_EXPS_REGEX``."""
 OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.")
+_FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16})
 POOLING_RANK = 4
 """``pooling_type`` of rerankers."""
 
@@ -85,6 +86,9 @@ class ModelShape(Frozen):
     """Output norm, output bias and classifier head."""
     tied_embeddings: bool = False
     """No ``output.weight``: llama.cpp copies the token embedding as the output projection."""
+    float_matrix_weights: bool = True
+    """A matrix (2-D or more) in the blocks or the output layer is F32/F16/BF16: on a GPU its
+    products go through cuBLAS, which costs the process more (``RuntimeCosts``)."""
     tensor_count: NonNegInt
     tensor_sizes: tuple[tuple[str, NonNegInt], ...] = ()
     """Every tensor's name and bytes, in file order (what ``-ot`` patterns are matched against)."""
@@ -301,6 +305,9 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     if nextn:
         warnings.append(f"{nextn} multi-token-prediction blocks: weights counted, no KV cache (llama.cpp skips them)")
     output_extra = sum(t.n_bytes for name, t in tensors.outputs.items() if name != "output.weight")
+    matrices = [t for block in tensors.blocks for t in block.values()] + list(tensors.outputs.values())
+    if tied and token_embd is not None:
+        matrices.append(token_embd)
     return ModelShape(
         path=header.path,
         files=header.files,
@@ -348,6 +355,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         output_weight_bytes=output_weight.n_bytes if output_weight is not None else 0,
         output_extra_bytes=output_extra,
         tied_embeddings=tied,
+        float_matrix_weights=any(len(t.shape) >= 2 and t.ggml_type in _FLOAT_TYPES for t in matrices),
         tensor_count=len(header.tensors),
         tensor_sizes=tuple((tensor.name, tensor.n_bytes) for tensor in header.tensors),
         tensor_bytes=header.tensor_bytes,
