@@ -77,6 +77,9 @@ class Activations:
     """``A + QO``: scores without flash attention, plus queries and attention output."""
     logits: int
     """``L``: the logits (0 for embedding runs)."""
+    recurrent: int = 0
+    """``R``: one Mamba-2 layer's scan (input projection, convolution, scan output, gating) and
+    the state it writes, 0 without recurrent layers."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,21 @@ def activations(
         mask=sum(cells * ub * mask_bytes for cells in mask_kinds),
         attention=scores + queries_and_output,
         logits=shape.vocab_size * ub * F32 if logits else 0,
+        recurrent=_recurrent_scan(shape, ub, cache.n_seq),
     )
+
+
+def _recurrent_scan(shape: ModelShape, ub: int, n_seq: int) -> int:
+    """``R`` = ``(5 n_embd + 5 d_inner + 6 n_group d_state) * ub`` floats plus the scan state.
+
+    Fitted to the CPU backend's buffers for Mamba-2 layers, varying n_embd, d_inner, d_state and
+    the micro-batch (``benchmarks/truth_recording.py`` models, within 0.1 MiB; +1 MiB at -ub 1024).
+    """
+    if not any(shape.recurrent_layers) or shape.ssm_inner_size == 0:
+        return 0
+    inner, state = shape.ssm_inner_size, shape.ssm_state_size
+    per_token = 5 * shape.embedding_length + 5 * inner + 6 * shape.ssm_group_count * state
+    return per_token * ub * F32 + state * inner * F32 * max(n_seq, 1)
 
 
 def _mask_cells(shape: ModelShape, cache: CacheGeometry, ub: int) -> tuple[int, ...]:
@@ -139,13 +156,14 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
         return m + moe + max(states * e + act.ffn, 4 * e + act.attention)
 
     layer_full = layer(LAYER_STATES)
-    layer_multi = layer_full + PIPELINE_EXTRA_STATES * e + extra_masks
+    # split graphs keep a recurrent layer's scan alive beside everything else on the device
+    layer_multi = layer_full + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
     layer_partial = layer(LAYER_STATES if gpu else CPU_PARTIAL_LAYER_STATES)
     output_full = act.logits + OUTPUT_STATES * e + m
-    output_multi = output_full + PIPELINE_EXTRA_STATES * e + extra_masks
+    output_multi = output_full + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
     output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m
     # a GPU build offloads the host's large operations; a CPU build runs its blocks itself
-    host_partial = HOST_STATES * e + m if gpu else layer(CPU_HOST_LAYER_STATES)
+    host_partial = HOST_STATES * e + m if gpu else max(layer(CPU_HOST_LAYER_STATES), m + act.recurrent)
     cpu_only = max(layer(CPU_HOST_LAYER_STATES), m + act.logits + CPU_ONLY_OUTPUT_STATES * e)
     return ComputeEstimate(
         device=ComputeBuffer(
