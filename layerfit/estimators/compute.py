@@ -16,11 +16,14 @@ Per device, with ``layer = m + M + max(6E + F3, 4E + A + QO)``:
 * the device holding the output layer: ``L + 4E + m + M`` (one device), ``L + 5E + 4m + M``
   (pipeline parallelism over several devices, which keeps 4 copies of the inputs), ``L + 4E``
   with layers left on the host (``L + E`` on the CPU backend; the estimate adds ``m`` to both);
+  ``M`` only on CUDA (the CPU backend frees the experts' activations before the logits);
 * other devices: ``layer`` plus ``E + 3m`` when several devices share a full offload, and
   ``9E`` more on the first of them (it receives the token embeddings);
 * the host: ``4E + m`` (one device), ``10E + 4m`` (several); with layers on the host a GPU build
   still offloads their large operations (``4E + m``), a CPU build computes them itself
-  (``m + M + max(7E + F3, 4E + A)``), and a CPU-only run computes the logits too.
+  (``m + M + max(7E + F3, 4E + A)``), and a CPU-only run computes the logits too;
+* recurrent (Mamba-2) layers: their scan ``R`` is added on every device of a multi-device split
+  and bounds a CPU host's buffer from below.
 """
 
 from __future__ import annotations
@@ -159,9 +162,11 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
     # split graphs keep a recurrent layer's scan alive beside everything else on the device
     layer_multi = layer_full + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
     layer_partial = layer(LAYER_STATES if gpu else CPU_PARTIAL_LAYER_STATES)
-    output_full = act.logits + OUTPUT_STATES * e + m
+    # CUDA keeps the routed experts' activations alive up to the logits; the CPU backend does not
+    output_moe = moe if gpu else 0
+    output_full = act.logits + OUTPUT_STATES * e + m + output_moe
     output_multi = output_full + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
-    output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m
+    output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m + output_moe
     # a GPU build offloads the host's large operations; a CPU build runs its blocks itself
     host_partial = HOST_STATES * e + m if gpu else max(layer(CPU_HOST_LAYER_STATES), m + act.recurrent)
     cpu_only = max(layer(CPU_HOST_LAYER_STATES), m + act.logits + CPU_ONLY_OUTPUT_STATES * e)
