@@ -32,12 +32,6 @@ RUNS = load_runs(GROUND_TRUTH_DIR, (ARCH_CSV,))
 TOLERANCE = {"weights": (0.01, 1.0), "kv": (0.01, 1.0), "compute": (0.10, 16.0)}
 """Per quantity: (relative, MiB), whichever is larger."""
 
-_ENCODER = (
-    "BERT encoder compute (non-gated feed-forward, one whole input per micro-batch, no logits): "
-    "llama.cpp's buffers fit m + F1 + 2.25E on a device and m + F1 + 5.25E on a CPU-only run (F1: "
-    "one feed-forward width); the decoder rules overestimate by up to 112 MiB (78 %), and the "
-    "host of a two-device split is 16 MiB (12.6 %) UNDER"
-)
 _RECURRENT = (
     "hybrid split at a recurrent layer: with granitehybrid's blocks 0-2 (Mamba-2, Mamba-2, attention) "
     "on the host and 3-5 plus the output on one rpc device, that device's buffer grows with the "
@@ -49,20 +43,6 @@ _SWA_PIPELINE = (
     "pipeline rule the estimate applies (overestimate)"
 )
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    **{
-        (run, device, "compute"): _ENCODER
-        for run, device in (
-            ("cpu_bert-f16_ngl0_c512", "Host"),
-            ("cpu_bert-f16_ngl0_c2048", "Host"),
-            ("rpc1_bert-f16_ngl99_c512", "RPC0"),
-            ("rpc1_bert-f16_ngl99_c2048", "RPC0"),
-            ("rpc1half_bert-f16_ngl3_c2048", "Host"),
-            ("rpc1half_bert-f16_ngl3_c2048", "RPC0"),
-            ("rpc2_bert-f16_ngl99_c2048", "Host"),
-            ("rpc2_bert-f16_ngl99_c2048", "RPC0"),
-            ("rpc2_bert-f16_ngl99_c2048", "RPC1"),
-        )
-    },
     ("rpc1half_granitehybrid-q8_0_ngl4_c8192", "RPC0", "compute"): _RECURRENT,
     **{
         (run, "RPC0", "compute"): _SWA_PIPELINE

@@ -83,6 +83,18 @@ class Activations:
     recurrent: int = 0
     """``R``: one Mamba-2 layer's scan (input projection, convolution, scan output, gating) and
     the state it writes, 0 without recurrent layers."""
+    encoder: Encoder | None = None
+    """A BERT-style encoder: its own rules (``encoder_buffers``)."""
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """What shapes an encoder's graph: ``F`` (the feed-forward), rope and learned positions."""
+
+    ffn: int
+    """``F``: gate, up and product (gated), or the up projection alone (GELU feed-forward)."""
+    rope: bool
+    positions: bool
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,16 @@ def activations(
         attention=scores + queries_and_output,
         logits=shape.vocab_size * ub * F32 if logits else 0,
         recurrent=_recurrent_scan(shape, ub, cache.n_seq),
+        encoder=_encoder(shape, ub) if not shape.causal else None,
+    )
+
+
+def _encoder(shape: ModelShape, ub: int) -> Encoder:
+    width = max(shape.ffn_width, default=0)
+    return Encoder(
+        ffn=(3 if shape.gated_ffn else 1) * width * ub * F32,
+        rope=not shape.position_embeddings,
+        positions=shape.position_embeddings,
     )
 
 
@@ -151,6 +173,8 @@ def _mask_cells(shape: ModelShape, cache: CacheGeometry, ub: int) -> tuple[int, 
 
 def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
     """Compute buffers of every device position and of the host, for the memory model."""
+    if act.encoder is not None and backend == "cpu":
+        return encoder_buffers(act, act.encoder)
     e, m, moe = act.embd, act.mask, act.moe
     gpu = backend == "cuda"
     extra_masks = (PIPELINE_COPIES - 1) * m
@@ -184,4 +208,34 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
         host_output=max(cpu_only - host_partial, 0),
         op_offload=act.logits + OUTPUT_STATES * e if gpu else 0,
         op_offload_host=HOST_STATES * e + m if gpu else 0,
+    )
+
+
+def encoder_buffers(act: Activations, encoder: Encoder) -> ComputeEstimate:
+    """An encoder on the CPU backend, in quarters ``q`` of a hidden state (whole input per micro-batch).
+
+    Fitted to bert (GELU feed-forward, learned positions) and nomic-bert (gated, rope) at two
+    contexts: one device ``m + F + 9q`` (``+ 8q`` with rope at full offload), each device of a
+    split ``F + 8E + 3m`` (the first, which holds more blocks, ``F - E`` more), the
+    host ``m + 17q`` (``+ 4q`` with learned positions) at full offload, ``11E + 4m`` (``+ E``)
+    beside a split and ``m + F + 21q`` when it computes blocks.
+    """
+    e, m, f, q = act.embd, act.mask, encoder.ffn, act.embd // 4
+    positions = 4 * q if encoder.positions else 0
+    return ComputeEstimate(
+        device=ComputeBuffer(
+            full_offload_bytes=m + f + 9 * q + (8 * q if encoder.rope else 0),
+            partial_offload_bytes=m + f + 9 * q,
+            multi_device_bytes=f + 8 * e + 3 * m,
+        ),
+        output=0,
+        first_device=max(f - e, 0),
+        host=ComputeBuffer(
+            full_offload_bytes=m + 17 * q + positions,
+            partial_offload_bytes=m + f + 21 * q,
+            multi_device_bytes=11 * e + positions + PIPELINE_COPIES * m,
+        ),
+        host_output=0,
+        op_offload=0,
+        op_offload_host=0,
     )

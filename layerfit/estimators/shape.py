@@ -86,6 +86,10 @@ class ModelShape(Frozen):
     """Output norm, output bias and classifier head."""
     tied_embeddings: bool = False
     """No ``output.weight``: llama.cpp copies the token embedding as the output projection."""
+    gated_ffn: bool = True
+    """The feed-forward has a gate (``ffn_gate`` or gate and up fused); false: GELU-style up/down."""
+    position_embeddings: bool = False
+    """Learned absolute positions (``position_embd``) instead of rope."""
     float_matrix_weights: bool = True
     """A matrix (2-D or more) in the blocks or the output layer is F32/F16/BF16: on a GPU its
     products go through cuBLAS, which costs the process more (``RuntimeCosts``)."""
@@ -355,6 +359,8 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         output_weight_bytes=output_weight.n_bytes if output_weight is not None else 0,
         output_extra_bytes=output_extra,
         tied_embeddings=tied,
+        gated_ffn=_gated(tensors, arch),
+        position_embeddings="position_embd.weight" in tensors.inputs,
         float_matrix_weights=any(len(t.shape) >= 2 and t.ggml_type in _FLOAT_TYPES for t in matrices),
         tensor_count=len(header.tensors),
         tensor_sizes=tuple((tensor.name, tensor.n_bytes) for tensor in header.tensors),
@@ -363,6 +369,14 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         header_bytes=header.header_bytes,
         warnings=tuple(warnings),
     )
+
+
+def _gated(tensors: _Tensors, arch: str) -> bool:
+    """Any block with a gated feed-forward (or none with a feed-forward at all)."""
+    has_ffn = [b for b in tensors.blocks if "ffn_up.weight" in b or "ffn_gate.weight" in b]
+    if not has_ffn or arch in arch_rules.FUSED_GATE_UP:
+        return True
+    return any("ffn_gate.weight" in b for b in has_ffn)
 
 
 def _recurrent_layers(meta: _Meta, arch: str, n: int) -> tuple[bool, ...]:
