@@ -39,6 +39,7 @@ from layerfit.memory import claims, layout_from_flags
 
 MiB = 1024**2
 MAIN, REMOTE = "main", "remote"
+_EXPERT_FLAGS = {"-ot", "--override-tensor", "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe"}
 _PLACEMENT = {"-ngl", "--n-gpu-layers", "--gpu-layers", "-ts", "--tensor-split", "--rpc"}
 
 
@@ -187,6 +188,7 @@ def ground_truth(directory: Path) -> list[Row]:
     import tempfile
 
     from fixtures_gguf import compare_run, estimate_run, load_runs, write_arch_models, write_ground_truth_models
+    from test_moe_truth import comparisons as expert_comparisons
 
     sources = tuple(sorted(path.name for path in directory.glob("*.csv")))
     if not sources:
@@ -197,9 +199,12 @@ def ground_truth(directory: Path) -> list[Row]:
         for run in load_runs(directory, sources):
             if run.model not in files:
                 raise SystemExit(f"{run.source}: run {run.id} names an unknown model {run.model!r}")
-            profile, interpretation, offset = estimate_run(run, files)
-            for c in compare_run(run, profile, interpretation, offset):
-                rows.append(Row(c.run, c.device, c.quantity, c.estimate_mib, c.measured_mib, run.model))
+            if set(run.extra) & _EXPERT_FLAGS:  # experts kept on the host: compared as tests/test_moe_truth.py does
+                found = list(expert_comparisons(run, files[run.model]))
+            else:
+                profile, interpretation, offset = estimate_run(run, files)
+                found = list(compare_run(run, profile, interpretation, offset))
+            rows += [Row(c.run, c.device, c.quantity, c.estimate_mib, c.measured_mib, run.model) for c in found]
     return rows
 
 
