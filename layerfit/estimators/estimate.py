@@ -155,7 +155,12 @@ def estimate_profile(
     act = activations(
         shape, cache, n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, logits=not settings.embedding
     )
-    compute = compute_buffers(act, runtime.backend)
+    try:
+        compute = compute_buffers(act, runtime.backend)
+    except ValidationError as exc:  # buffers past the size cap: a hostile or broken header
+        first = exc.errors()[0]
+        where = "compute." + ".".join(str(part) for part in first["loc"])
+        raise EstimationError(shape.path, where, str(first["msg"])) from None
     cublas = shape.float_matrix_weights or not settings.flash_attn
     role = RoleCosts(fixed_bytes=runtime.gpu_fixed_for(cublas=cublas), compute=compute.device)
     projector_bytes, projector_warnings = _projector(params, settings.flash_attn)
