@@ -6,7 +6,11 @@ GGUF v2 and v3 (little-endian) are supported, as are split models (``name-00001-
 every shard's tensor table is read) and header-only or sparse files when ``allow_missing_data``.
 
 Every defect is reported as an ``EstimationError`` naming the file, the byte offset or key, and
-what was expected there.
+what was expected there. No allocation grows with a number the file writes: strings longer than
+``MAX_STRING_BYTES`` are skipped without being read, string arrays are walked only up to
+``MAX_STRINGS`` strings per file, entry and tensor counts are capped, and the metadata the
+estimator reads is checked against what real models can have (``layerfit.estimators.sanity``).
+When the file holds tensor data, every tensor must lie inside it and no two may overlap.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import BinaryIO, NamedTuple
 
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, Keys
 
 from layerfit.errors import EstimationError
+from layerfit.estimators.sanity import check_metadata
 
 SUPPORTED_VERSIONS = (2, 3)
 MAX_DIMS = 4
@@ -32,6 +38,15 @@ KEEP_ARRAY_ITEMS = 4096
 """Numeric arrays up to this length are decoded (per-layer values); longer ones are skipped."""
 KEEP_STRING_ITEMS = 64
 """String arrays up to this length are decoded (tags, languages); longer ones are skipped."""
+MAX_STRING_BYTES = 1 << 20
+"""Longer metadata strings are skipped unread (``SkippedString``); chat templates are ~100 KB."""
+MAX_STRINGS = 1 << 21
+"""Strings in skipped string arrays, all arrays of a file together (vocabularies and merges of real
+models have a few hundred thousand); more are refused rather than walked."""
+MAX_METADATA_ENTRIES = 1 << 16
+"""Metadata entries per file (real files have fewer than a hundred)."""
+MAX_TENSORS = 1 << 17
+"""Tensor-table entries per file (real files have a few thousand at most)."""
 _CHUNK = 1 << 20
 _MAX_INT64 = (1 << 63) - 1
 _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8
@@ -60,14 +75,24 @@ _U64 = _SCALAR_FORMATS[GGUFValueType.UINT64]
 _SHARD_NAME = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
-class ArrayInfo(NamedTuple):
-    """A metadata array that was skipped rather than decoded: its item type and length."""
+@dataclass(frozen=True)
+class ArrayInfo:
+    """A metadata array that was skipped rather than decoded: its item type and length.
+
+    Not a tuple on purpose: a skipped array must never pass for a decoded one."""
 
     item_type: GGUFValueType
     length: int
 
 
-MetaValue = int | float | bool | str | tuple[int | float | bool | str, ...] | ArrayInfo
+@dataclass(frozen=True)
+class SkippedString:
+    """A metadata string longer than ``MAX_STRING_BYTES``, skipped without being read."""
+
+    length: int
+
+
+MetaValue = int | float | bool | str | tuple[int | float | bool | str, ...] | ArrayInfo | SkippedString
 
 
 class TensorInfo(NamedTuple):
@@ -122,6 +147,8 @@ class _Cursor:
         self.path = path
         self.size = size
         self.pos = 0
+        self.strings_left = MAX_STRINGS
+        """What the string-array walks of this file may still cover."""
         self._handle = handle
         self._buf = b""
         self._start = 0
@@ -178,40 +205,49 @@ class _Cursor:
             raise self.error(f"{what}: length {length} runs past the end of the file ({self.size} bytes)", start)
         return self.raw(length, what)
 
+    def string_or_skip(self, what: str) -> str | SkippedString:
+        """A length-prefixed string, decoded when at most ``MAX_STRING_BYTES`` long, else skipped."""
+        start = self.pos
+        length = self.u64(f"{what} length")
+        if length > self.remaining():
+            raise self.error(f"{what}: length {length} runs past the end of the file ({self.size} bytes)", start)
+        if length > MAX_STRING_BYTES:
+            self.pos += length
+            return SkippedString(length)
+        return _decode(self.raw(length, what))
+
     def skip(self, n: int, what: str) -> None:
         if n > self.remaining():
             raise self.error(f"{what}: {n} bytes run past the end of the file ({self.size} bytes)")
         self.pos += n
 
     def skip_strings(self, count: int, what: str) -> None:
-        """Skip ``count`` length-prefixed strings without decoding them."""
+        """Skip ``count`` length-prefixed strings without decoding them, a read window at a time."""
         left = count
         while left:
             want = min(self.remaining(), max(_CHUNK, _STRING_GUESS_BYTES * left), _MAX_WINDOW)
             index = self._window(want, f"{what} item")
-            batch = left if want == self.remaining() else min(left, want // _STRING_GUESS_BYTES)
-            end = _walk_strings(self._buf, index, batch)
-            if end is None:
-                self._skip_strings_checked(min(left, batch), what)
-                left -= min(left, batch)
-                continue
-            self.pos = self._start + end
-            left -= batch
-
-    def _skip_strings_checked(self, count: int, what: str) -> None:
-        for _ in range(count):
-            self.skip(self.u64(f"{what} item length"), f"{what} item")
+            end, walked = _walk_strings(self._buf, index, left, index + want)
+            if walked:
+                self.pos = self._start + end
+                left -= walked
+            else:  # the next string does not fit in the window: skip it by its length
+                self.skip(self.u64(f"{what} item length"), f"{what} item")
+                left -= 1
 
 
-def _walk_strings(buf: bytes, pos: int, count: int) -> int | None:
-    """Offset after ``count`` length-prefixed strings from ``pos``; ``None`` if they leave ``buf``."""
+def _walk_strings(buf: bytes, pos: int, count: int, limit: int) -> tuple[int, int]:
+    """Walk up to ``count`` length-prefixed strings from ``pos`` that end by ``limit``: the offset
+    reached and how many were walked."""
     unpack = _U64.unpack_from
-    try:
-        for _ in range(count):
-            pos += 8 + unpack(buf, pos)[0]
-    except (struct.error, OverflowError):
-        return None
-    return pos if pos <= len(buf) else None
+    for walked in range(count):
+        if pos + 8 > limit:
+            return pos, walked
+        after = pos + 8 + unpack(buf, pos)[0]
+        if after > limit:
+            return pos, walked
+        pos = after
+    return pos, count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +270,7 @@ def _decode(raw: bytes) -> str:
 
 def _read_value(cursor: _Cursor, vtype: GGUFValueType, key: str) -> MetaValue:
     if vtype is GGUFValueType.STRING:
-        return _decode(cursor.string(f"value of {key}"))
+        return cursor.string_or_skip(f"value of {key}")
     if vtype is GGUFValueType.ARRAY:
         return _read_array(cursor, key)
     return cursor.unpack(_SCALAR_FORMATS[vtype], f"value of {key}")
@@ -250,7 +286,14 @@ def _read_array(cursor: _Cursor, key: str) -> MetaValue:
         if count * 8 > cursor.remaining():
             raise cursor.error(f"{key}: {count} strings cannot fit in the remaining {cursor.remaining()} bytes", at)
         if count <= KEEP_STRING_ITEMS:
-            return tuple(_decode(cursor.string(f"{key}[{i}]")) for i in range(count))
+            return _small_string_array(cursor, key, count)
+        if count > cursor.strings_left:
+            raise cursor.error(
+                f"{key}: {count} strings, more than the {MAX_STRINGS} a file's string arrays may hold together "
+                "(real vocabularies have a few hundred thousand)",
+                at,
+            )
+        cursor.strings_left -= count
         cursor.skip_strings(count, key)
         return ArrayInfo(item_type, count)
     fmt = _SCALAR_FORMATS[item_type]
@@ -261,6 +304,18 @@ def _read_array(cursor: _Cursor, key: str) -> MetaValue:
         return tuple(item[0] for item in fmt.iter_unpack(data))
     cursor.skip(count * fmt.size, key)
     return ArrayInfo(item_type, count)
+
+
+def _small_string_array(cursor: _Cursor, key: str, count: int) -> MetaValue:
+    """Up to ``KEEP_STRING_ITEMS`` strings, decoded; skipped whole if one is too long to keep."""
+    items: list[str] = []
+    for i in range(count):
+        item = cursor.string_or_skip(f"{key}[{i}]")
+        if isinstance(item, SkippedString):
+            cursor.skip_strings(count - i - 1, key)
+            return ArrayInfo(GGUFValueType.STRING, count)
+        items.append(item)
+    return tuple(items)
 
 
 def _read_metadata(cursor: _Cursor, kv_count: int) -> dict[str, MetaValue]:
@@ -386,6 +441,10 @@ def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
             raise cursor.error(f"tensor count {tensor_count} cannot fit in a file of {size} bytes", 8)
         if kv_count * _MIN_KV_BYTES > cursor.remaining():
             raise cursor.error(f"metadata entry count {kv_count} cannot fit in a file of {size} bytes", 16)
+        if kv_count > MAX_METADATA_ENTRIES:
+            raise cursor.error(f"metadata entry count {kv_count} exceeds the limit of {MAX_METADATA_ENTRIES}", 16)
+        if tensor_count > MAX_TENSORS:
+            raise cursor.error(f"tensor count {tensor_count} exceeds the limit of {MAX_TENSORS}", 8)
         metadata = _read_metadata(cursor, kv_count)
         alignment = _alignment(cursor, metadata)
         raw = [_read_tensor_info(cursor, i) for i in range(tensor_count)]
@@ -405,6 +464,7 @@ def _check_tensors(
 ) -> tuple[TensorInfo, ...]:
     seen: set[str] = set()
     tensors: list[TensorInfo] = []
+    has_data = size > data_start
     for tensor in raw:
         if tensor.name in seen:
             raise EstimationError(path, f"byte {tensor.at}", f"duplicate tensor name {tensor.name!r}")
@@ -417,7 +477,7 @@ def _check_tensors(
                 f"is not a multiple of the alignment {alignment}",
             )
         start = data_start + tensor.relative_offset
-        if not allow_missing_data and start + tensor.n_bytes > size:
+        if (has_data or not allow_missing_data) and start + tensor.n_bytes > size:
             raise EstimationError(
                 path,
                 f"byte {tensor.at}",
@@ -425,7 +485,21 @@ def _check_tensors(
                 f"({size} bytes); tensor data is missing",
             )
         tensors.append(TensorInfo(tensor.name, tensor.shape, tensor.ggml_type, tensor.n_bytes, start, file_index))
+    _check_overlaps(path, raw)
     return tuple(tensors)
+
+
+def _check_overlaps(path: str, raw: list[_RawTensor]) -> None:
+    """No two tensors' data may share a byte (ggml lays them out one after the other)."""
+    ordered = sorted((t for t in raw if t.n_bytes), key=lambda t: t.relative_offset)
+    for before, after in pairwise(ordered):
+        if before.relative_offset + before.n_bytes > after.relative_offset:
+            raise EstimationError(
+                path,
+                f"byte {after.at}",
+                f"tensor {after.name}: data at offset {after.relative_offset} overlaps tensor {before.name} "
+                f"[{before.relative_offset}, {before.relative_offset + before.n_bytes})",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,6 +553,7 @@ def read_header(path: str | os.PathLike[str], allow_missing_data: bool = True) -
             shards.append(shard)
         _check_split(shards, count)
     main = shards[0]
+    check_metadata(main.path, main.metadata)
     return GgufHeader(
         path=main.path,
         version=main.version,
