@@ -17,6 +17,7 @@ from layerfit.domain.plan import Plan, Reason, ReasonKind
 from layerfit.domain.profile import MemoryProfile
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import device_blocks, gpu_layers_flag
+from layerfit.selection import selection_reasons, tensor_split_in_force
 
 
 def capacity_reasons(cluster: Cluster, *all_claims: Claims) -> tuple[Reason, ...]:
@@ -141,31 +142,10 @@ def rule_reasons(
                     resource="n_gpu_layers",
                 )
             )
-    if params.tensor_split is not None:
-        reasons.extend(_tensor_split_reasons(params.tensor_split, layout, config.offload_order))
-    elif deployment.gpu_selection is not None:
-        selected = {(ref.worker, ref.index) for ref in deployment.gpu_selection}
-        for device in layout.devices:
-            if (device.worker, device.gpu_index) not in selected:
-                reasons.append(
-                    Reason(
-                        kind=ReasonKind.SELECTION_IGNORED,
-                        message=(
-                            f"GPU {cluster.gpu_id(device.worker, device.gpu_index)} is used but not in the "
-                            "manual selection"
-                        ),
-                        worker=device.worker,
-                        gpu_index=device.gpu_index,
-                    )
-                )
-        if layout.main_worker not in deployment.selected_workers:
-            reasons.append(
-                Reason(
-                    kind=ReasonKind.SELECTION_IGNORED,
-                    message=f"main worker {layout.main_worker} has no selected GPU",
-                    worker=layout.main_worker,
-                )
-            )
+    tensor_split = tensor_split_in_force(deployment, config)
+    if tensor_split is not None:
+        reasons.extend(_tensor_split_reasons(tensor_split, layout, config.offload_order))
+    reasons.extend(selection_reasons(cluster, deployment, layout, config))
     reasons.extend(expert_reasons(profile, layout))
     if not deployment.cpu_offloading and layout.host_expert_blocks:
         reasons.append(
@@ -234,6 +214,8 @@ def _tensor_split_reasons(tensor_split: tuple[float, ...], layout: Layout, order
     Zero shares name devices that get nothing; the remaining shares map, in order, onto the layout's
     devices.
     """
+    if not layout.devices:
+        return ()  # llama.cpp ignores -ts when no layer is on a GPU
     shares = tuple(share for share in tensor_split if share > 0)
     if len(shares) != len(layout.devices):
         return (
@@ -243,8 +225,6 @@ def _tensor_split_reasons(tensor_split: tuple[float, ...], layout: Layout, order
                 resource="tensor_split",
             ),
         )
-    if not layout.devices:
-        return ()
     per_device, output_device = device_blocks(layout.n_blocks, gpu_layers_flag(layout), shares, order)
     expected_output = len(layout.devices) - 1 if layout.output_offloaded else None
     if per_device != tuple(device.blocks for device in layout.devices) or output_device != expected_output:

@@ -227,6 +227,8 @@ ROWS = [
     # -- strategy 5: CPU only ------------------------------------------------------------------
     # 1150 RAM; binpack prefers b (1150/1500) over a (1150/2000).
     Row("CPU only", cluster(worker("a", ram=2000), worker("b", ram=1500)), deployment(), CPU, (), output=False),
+    # llama.cpp ignores -ts when no layer is on a GPU, so a split never rules out CPU only.
+    Row("CPU only with a tensor split", cluster(worker("a", ram=2000)), deployment(ts=(1, 1)), CPU, (), output=False),
     Row("--gpu-layers 0 means CPU only", cluster(worker("a", 2000)), deployment(ngl=0), CPU, (), output=False),
     # GPUs exist but none has allocatable VRAM: CPU only.
     Row("no allocatable VRAM", cluster(worker("a", 0, 0)), deployment(), CPU, (), output=False),
@@ -263,13 +265,22 @@ ROWS = [
         DIST,
         (("b", 0, 6), ("a", 0, 4)),
     ),
-    # A tensor split overrides the selection (GPUStack): b:0 is ignored, -ts maps onto a:0, a:1.
+    # The selection is never left (GPUStack lets -ts override it): over one selected GPU llama.cpp
+    # reads only the first share, so everything goes to b:0.
     Row(
-        "tensor split overrides selection",
+        "tensor split never leaves the selection",
         cluster(worker("a", 800, 800), worker("b", 1300)),
         deployment(ts=(1, 1), select=("b:cuda:0",)),
+        SINGLE,
+        (("b", 0, 10),),
+    ),
+    # -ts maps onto the selected GPUs in index order, not onto GPUs 0..n-1.
+    Row(
+        "tensor split over a selection",
+        cluster(worker("a", 800, 800, 800)),
+        deployment(ts=(1, 1), select=("a:cuda:2", "a:cuda:1")),
         MULTI,
-        (("a", 0, 6), ("a", 1, 4)),
+        (("a", 1, 6), ("a", 2, 4)),
     ),
     # -- --gpu-layers -------------------------------------------------------------------------
     # 99 is capped at the 11 layers, i.e. full offload.
@@ -363,14 +374,6 @@ SKIP_ROWS = [
         ReasonKind.STRATEGY_SKIPPED,
         "workers",
     ),
-    (
-        "tensor split: no CPU only",
-        cluster(worker("a", 100, 100)),
-        deployment(ts=(1, 1)),
-        Action.CPU_ONLY,
-        ReasonKind.STRATEGY_SKIPPED,
-        "tensor_split",
-    ),
 ]
 
 
@@ -459,9 +462,9 @@ def test_selection_across_workers_needs_distribution() -> None:
 
 def test_tensor_split_longer_than_the_gpu_list() -> None:
     # -ts 1,1,1 needs GPUs 0-2 of one worker; a has two. Partial offload cannot use the split
-    # either, and CPU only would ignore it.
-    result = run(cluster(worker("a", 800, 800)), deployment(ts=(1, 1, 1)))
-    assert result.status is Status.INFEASIBLE
+    # either; CPU only remains, since llama.cpp ignores the split without layers on GPUs.
+    result = run(cluster(worker("a", 800, 800, ram=4000)), deployment(ts=(1, 1, 1)))
+    assert result.strategy is CPU
     assert ReasonKind.TENSOR_SPLIT_NOT_HONOURED in kinds(result, Action.MULTI_GPU)
 
 

@@ -100,3 +100,15 @@ def test_profiles_above_the_block_cap_are_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match="makes too many blocks"):
         MemoryProfile(block_weight_bytes=("1 MiB x 1000000000",), block_kv_bytes=(0,))
     assert issubclass(InputError, ValueError)
+
+
+def test_same_input_same_plan_json_with_alternatives() -> None:
+    # Alternatives are a count, not a share of the time: the set is the same on every run.
+    target = rpc_cluster(2, gpus_each=3)
+    small = Deployment(name="small", profile=MemoryProfile.uniform(4, 1 * GiB, 0, output_weight_bytes=1 * GiB))
+    config = PlannerConfig(time_limit_s=30, alternatives=4)
+    first, second = (plan(target, small, config) for _ in range(2))
+    assert len(first.alternatives) == 4
+    assert first.model_dump_json(exclude={"stats"}) == second.model_dump_json(exclude={"stats"})
+    solver = first.stats[1]
+    assert solver.engine == "cp-sat" and solver.details["truncated"] == ""

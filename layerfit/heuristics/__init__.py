@@ -10,8 +10,8 @@ Kept from GPUStack, as documented and configurable limits: the strategy order; a
 ``max_rpc_servers`` RPC servers and no distributed search with more than
 ``max_rpc_candidate_gpus`` candidate GPUs (a warning); the main worker uses all its GPUs that can
 hold a layer; one GPU per RPC server; splits proportional to allocatable VRAM; a
-``--tensor-split`` overrides a manual selection and maps onto GPUs ``0..n-1`` of a worker (in a
-distributed layout, onto the devices in llama.cpp order); the skip rules for ``--gpu-layers``,
+``--tensor-split`` maps onto GPUs ``0..n-1`` of a worker (in a distributed layout, onto the
+devices in llama.cpp order); the skip rules for ``--gpu-layers``,
 ``--tensor-split``, manual selection, image models and the two switches.
 
 Fixed on purpose:
@@ -22,10 +22,13 @@ Fixed on purpose:
   if they were bytes, so a user split never fits);
 * multi-GPU partial offload does not stop at a GPU count that found nothing (GPUStack's stop
   means that with ``--gpu-layers`` it never tries more than two GPUs);
-* single-GPU partial offload returns every GPU reaching the most layers, not one per worker.
+* single-GPU partial offload returns every GPU reaching the most layers, not one per worker;
+* a manual selection is never left: a ``--tensor-split`` maps onto the selected GPUs instead of
+  overriding the selection (``layerfit.selection``);
+* the RPC search is budgeted (``heuristics.budget``) instead of trying every combination.
 
-Also different: CPU only is not tried with a ``--tensor-split`` (it would ignore the split), and
-a combination whose split leaves one of its GPUs without a layer counts as the smaller one.
+Also different: CPU only is tried with a ``--tensor-split`` (llama.cpp ignores the split when no
+layer is on a GPU), and a combination whose split leaves one of its GPUs without a layer counts as the smaller one.
 """
 
 from layerfit.heuristics.selector import plan

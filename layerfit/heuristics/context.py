@@ -16,6 +16,7 @@ from layerfit.heuristics.notes import Note
 from layerfit.heuristics.placement import Placement
 from layerfit.heuristics.views import GpuView, Selection, WorkerView, gpu_views, worker_views
 from layerfit.memory import claims
+from layerfit.selection import tensor_split_in_force
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Context:
     """``-ngl``, capped at the model's layer count as llama.cpp does."""
     tensor_split: tuple[float, ...] | None
     selection: Selection | None
-    """The manual GPU selection in force (``None`` when absent or overridden by ``-ts``)."""
+    """The manual GPU selection (``None`` when absent); never overridden."""
     budget: SearchBudget = field(default_factory=SearchBudget, compare=False)
     """What the combinatorial searches may still spend (mutable)."""
     _main_ram: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
@@ -144,7 +145,7 @@ def build_context(
         workers=workers,
         gpus=gpu_views(workers, cluster),
         gpu_layers=gpu_layers,
-        tensor_split=params.tensor_split,
+        tensor_split=tensor_split_in_force(deployment, config),
         selection=selection,
         budget=budget if budget is not None else SearchBudget(),
     )

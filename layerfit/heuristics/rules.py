@@ -20,19 +20,11 @@ SkipRule = Callable[[Context, Action], Skip | None]
 
 
 def selection_in_force(deployment: Deployment) -> tuple[Selection | None, tuple[Reason, ...]]:
-    """The manual selection grouped by worker; a ``--tensor-split`` overrides it (as in GPUStack)."""
+    """The manual selection grouped by worker. It is never left: a ``--tensor-split`` maps onto the
+    selected GPUs (GPUStack lets it override the selection)."""
     refs = deployment.gpu_selection
     if refs is None:
         return None, ()
-    if deployment.params.tensor_split is not None:
-        ignored = Reason(
-            kind=ReasonKind.SELECTION_IGNORED,
-            severity=Severity.INFO,
-            resource="tensor_split",
-            message="--tensor-split is given, so the manual GPU selection is ignored and the split maps onto "
-            "GPUs 0..n-1 of a worker",
-        )
-        return None, (ignored,)
     grouped: dict[str, tuple[int, ...]] = {}
     for ref in refs:
         grouped[ref.worker] = (*grouped.get(ref.worker, ()), ref.index)
@@ -172,7 +164,8 @@ gpu_layers_none = _gpu_layers_rule(lambda layers, total: layers == 0, "asks for 
 
 
 def no_tensor_split(ctx: Context, action: Action) -> Skip | None:
-    if ctx.tensor_split is None:
+    """A split over several GPUs rules the strategy out (one non-zero share means one device)."""
+    if ctx.tensor_split is None or sum(1 for share in ctx.tensor_split if share > 0) == 1:
         return None
     return _skip(action, ReasonKind.STRATEGY_SKIPPED, "tensor_split", "--tensor-split asks for a split over GPUs")
 

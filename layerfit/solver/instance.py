@@ -10,8 +10,9 @@ appear in no valid layout), so the model stays complete:
   role can need: the role's fixed and compute cost plus one block or the output layer.
 * A worker can be the main one when its RAM covers the least the main process needs; it can host
   rpc-servers when its RAM covers one server's fixed cost.
-* The manual selection (ignored when ``-ts`` is given, as GPUStack does and ``check`` agrees)
-  keeps only the selected GPUs and their workers as main.
+* The manual selection keeps only the selected GPUs and their workers as main (a ``-ts`` maps
+  onto it, ``layerfit.selection``); used whole (the default), the layout has exactly as many
+  devices as the selection has GPUs.
 
 GPUs of one worker with the same type and allocatable VRAM are interchangeable: they form a class
 and the model counts how many of a class it uses instead of choosing among them, which removes
@@ -30,6 +31,7 @@ from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import DeviceRole, MemoryProfile
 from layerfit.memory import device_blocks
+from layerfit.selection import tensor_split_in_force, whole_selection
 from layerfit.solver.costs import Costs, memory_costs
 from layerfit.solver.scale import Scale, choose_scale, tie_break_unit
 
@@ -103,6 +105,8 @@ class Rules:
     partial_values: tuple[bool, ...]
     """Values the partial-offload switch can take under these rules."""
     tensor_split: TensorSplit | None
+    device_count: int | None = None
+    """Exact number of devices (a selection used whole, without ``-ts``)."""
 
 
 @dataclass(frozen=True)
@@ -260,8 +264,10 @@ def _rules(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
     else:
         partial_values = (False, True)
     split = None
-    if params.tensor_split is not None:
-        split = _tensor_split(params.tensor_split, profile.n_blocks, config.offload_order)
+    shares = tensor_split_in_force(deployment, config)
+    if shares is not None:
+        split = _tensor_split(shares, profile.n_blocks, config.offload_order)
+    whole = whole_selection(deployment, config) and split is None and deployment.gpu_selection is not None
     return Rules(
         layer_target=target,
         full_offload=full,
@@ -269,6 +275,7 @@ def _rules(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
         offload_order=config.offload_order,
         partial_values=partial_values,
         tensor_split=split,
+        device_count=len(deployment.gpu_selection) if whole and deployment.gpu_selection is not None else None,
     )
 
 
@@ -288,8 +295,8 @@ def _tensor_split(tensor_split: Iterable[float], n_blocks: int, order: OffloadOr
 
 
 def _selection(cluster: Cluster, deployment: Deployment) -> frozenset[tuple[str, int]] | None:
-    """Selected GPUs as (worker, index); ``None`` when there is no selection or ``-ts`` overrides it."""
-    if deployment.gpu_selection is None or deployment.params.tensor_split is not None:
+    """Selected GPUs as (worker, index); ``None`` when there is no selection."""
+    if deployment.gpu_selection is None:
         return None
     for ref in deployment.gpu_selection:
         cluster.gpu(ref)  # InputError naming the reference when it does not exist

@@ -15,7 +15,9 @@ The strict tiers (layers, workers, GPUs) are decided first, then the tie-break:
 3. **Tie-break.** A model restricted to the optimal GPU count and to the candidates of step 1 or
    2 (before dominance pruning), with the strict tiers fixed, minimises the policy's tie-break.
 4. **Alternatives.** On that model, each re-solve excludes the GPU sets (with their main worker)
-   already returned.
+   already returned, until ``config.alternatives`` are found or no other exists: a count, not a
+   share of the time, so the set is reproducible (``truncated`` in the stats when the time limit
+   cut it).
 
 Every decoded layout is checked again in bytes with ``layerfit.check``; a violation is a bug and
 raises ``SolverError``. With one search worker and a fixed seed the answer is reproducible as long
@@ -59,8 +61,6 @@ CEILING_SEARCH = "ceiling-search"
 """Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
 HINT_TIME_FRACTION = 0.1
 """Share of the remaining time a hint completion may use."""
-MIN_ALTERNATIVE_TIME_S = 0.25
-"""Alternatives share a budget: the time the answer took so far, at least this."""
 MIN_TIE_BREAK_TIME_S = 1.0
 """The tie-break may take as long as the strict tiers took, at least this (within the limit)."""
 
@@ -84,6 +84,9 @@ class _Trace:
     steps: list[str] = field(default_factory=list)
     hint: str = "none"
     solves: int = 0
+    truncated: str = ""
+    """``alternatives`` when the time limit cut the search for alternatives (their number is a
+    count otherwise, so the same input gives the same set)."""
     proof: str = "none"
     incumbent: str = "none"
     """The heuristic's layout: ``none`` (absent or invalid), ``valid``, ``kept`` as the answer, or
@@ -483,12 +486,15 @@ def _alternatives(
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=outcome.gpus > 0))
     found: list[Candidate] = []
     previous = outcome.best
-    deadline = clock.elapsed() + max(MIN_ALTERNATIVE_TIME_S, clock.elapsed())
-    while len(found) < config.alternatives and clock.remaining() > 0 and clock.elapsed() < deadline:
+    while len(found) < config.alternatives:
+        if clock.remaining() <= 0:
+            trace.truncated = "alternatives"
+            break
         _exclude(built.model, built.variables, previous)
         built.model.proto.clear_solution_hint()
-        time_limit = min(deadline - clock.elapsed(), clock.remaining())
-        result = trace.record("alternative", run(built, config, time_limit))
+        result = trace.record("alternative", run(built, config, clock.remaining()))
+        if not result.proven:
+            trace.truncated = "alternatives"  # the time limit cut this solve: the set may differ next time
         if not result.found:
             break
         found.append(checked_candidate(cluster, deployment, profile, config, result.layout(built)))
@@ -548,6 +554,7 @@ def _result(
         "rpc_slots": instance.rpc_slots,
         "local_slots": instance.local_slots,
         "alternatives": len(alternatives),
+        "truncated": trace.truncated,
     }
     stats = EngineStats(
         engine=ENGINE, wall_time_s=wall, status=status, objective=objective, bound=bound, details=details

@@ -45,12 +45,18 @@ def can_hold_a_layer(ctx: Context, gpus: tuple[GpuView, ...]) -> tuple[GpuView, 
     return tuple(gpu for gpu in gpus if gpu.vram_bytes >= ctx.local_floor(gpu.unified))
 
 
-def tensor_split_devices(worker: WorkerView, shares: tuple[float, ...]) -> tuple[GpuView, ...] | None:
-    """GPUs ``0..n-1`` of the worker for an ``n``-share ``--tensor-split`` (GPUStack's positional rule).
+def tensor_split_devices(
+    worker: WorkerView, shares: tuple[float, ...], selected: bool = False
+) -> tuple[GpuView, ...] | None:
+    """The devices an ``n``-share ``--tensor-split`` maps onto: GPUs ``0..n-1`` of the worker
+    (GPUStack's positional rule) or, with a manual selection, its selected GPUs in index order.
 
     ``None`` when the worker lacks one of them, or when a GPU with a non-zero share has no
     allocatable VRAM.
     """
+    if selected:
+        chosen = tuple(sorted(worker.gpus, key=lambda gpu: gpu.index))
+        return chosen if len(chosen) == len(shares) else None
     devices = []
     for index, share in enumerate(shares):
         gpu = worker.gpu_at(index)

@@ -2,8 +2,8 @@
 
 Workers are tried by allocatable RAM, largest first; every worker whose RAM holds the model is a
 candidate. The claim does not depend on the worker, so the first worker that is too small ends
-the search. A ``--tensor-split`` asks for GPUs, so it rules this strategy out (GPUStack would run
-it and ignore the split).
+the search. A ``--tensor-split`` does not rule it out: llama.cpp ignores the split when no layer is
+on a GPU.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ STRATEGY = Strategy(
         rules.cpu_offloading_allowed,
         rules.not_image,
         rules.gpu_layers_none,
-        rules.no_tensor_split,
         rules.no_selection,
     ),
     search=search,

@@ -38,7 +38,7 @@ Devices = tuple[GpuView, ...]
 def device_groups(ctx: Context, worker: WorkerView) -> Iterator[Iterable[Devices]]:
     """GPU combinations of one worker, grouped by GPU count in increasing order."""
     if ctx.tensor_split is not None:
-        devices = tensor_split_devices(worker, ctx.tensor_split)
+        devices = tensor_split_devices(worker, ctx.tensor_split, ctx.selection is not None)
         if devices is not None:
             yield (devices,)
         return
@@ -88,7 +88,7 @@ def search(ctx: Context) -> StrategyResult:
 def _advice(ctx: Context, worker: WorkerView | None) -> StrategyResult:
     reasons: tuple[Reason, ...] = ()
     if ctx.tensor_split is not None and not any(
-        tensor_split_devices(view, ctx.tensor_split) is not None for view in ctx.workers
+        tensor_split_devices(view, ctx.tensor_split, ctx.selection is not None) is not None for view in ctx.workers
     ):
         reasons = (_tensor_split_reason(ctx),)
     if worker is None:
@@ -107,7 +107,7 @@ def _advice(ctx: Context, worker: WorkerView | None) -> StrategyResult:
 def whole_worker(ctx: Context, worker: WorkerView) -> Placement:
     """All of a worker's GPUs that may hold layers, split as the strategy splits them."""
     if ctx.tensor_split is not None:
-        devices = tensor_split_devices(worker, ctx.tensor_split)
+        devices = tensor_split_devices(worker, ctx.tensor_split, ctx.selection is not None)
         if devices is not None:
             return placement(worker, devices, ctx.tensor_split)
     held = worker.gpus if ctx.selection is not None else can_hold_a_layer(ctx, worker.gpus)

@@ -1,7 +1,8 @@
 """The deployment's own rules: ``-ngl``, the CPU-offloading switch, image models.
 
 The manual selection, the distribution switch and the RPC-server cap are already in the instance:
-they decide which GPUs may fill which slots and how many RPC slots there are.
+they decide which GPUs may fill which slots and how many RPC slots there are; a selection used
+whole also fixes the number of devices here.
 """
 
 from __future__ import annotations
@@ -21,5 +22,7 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         model.add(variables.output_offloaded == 1)
     if rules.single_device:
         model.add(sum(slot.used for slot in variables.slots) == 1)
+    if rules.device_count is not None:
+        model.add(sum(slot.used for slot in variables.slots) == rules.device_count)
     if len(rules.partial_values) == 1:
         model.add(variables.partial == int(rules.partial_values[0]))

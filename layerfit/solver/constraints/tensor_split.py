@@ -1,6 +1,7 @@
 """A user ``-ts``: the layout is what llama.cpp makes of the split over the layout's devices.
 
-The non-zero shares map, in device order, onto exactly that many devices. For each GPU-layer count
+The non-zero shares map, in device order, onto exactly that many devices; a layout without devices
+(CPU only) is not ruled out, as llama.cpp ignores the split then. For each GPU-layer count
 the instance has the blocks llama.cpp gives each device; element constraints pick the row. A
 local slot's place in the device order is the number of used RPC slots plus its position.
 """
@@ -19,11 +20,11 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         return
     slots = variables.slots
     if not split.blocks_by_layers or split.n_devices > len(slots):
-        model.add_bool_or([])  # no GPU-layer count gives every device a valid share
+        model.add(variables.any_device == 0)  # no GPU-layer count gives every device a valid share
         return
-    model.add(sum(slot.used for slot in slots) == split.n_devices)
+    model.add(sum(slot.used for slot in slots) == split.n_devices).only_enforce_if(variables.any_device)
     layers = model.new_int_var_from_domain(cp_model.Domain.from_values(sorted(split.blocks_by_layers)), "split_layers")
-    model.add(layers == variables.gpu_layers)
+    model.add(layers == variables.gpu_layers).only_enforce_if(variables.any_device)
     width = len(slots)
     table = [0] * ((instance.n_layers + 1) * width)
     for count, per_device in split.blocks_by_layers.items():
