@@ -14,6 +14,7 @@ from layerfit.domain.fleet import (
     FleetConfig,
     FleetPlan,
     PlacedReplica,
+    Placement,
     ReplicaRef,
     TierBound,
     UnplacedReplica,
@@ -27,7 +28,8 @@ from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.master import Master, priority_weights
 from layerfit.fleet.moves import assign_replicas, order_moves
-from layerfit.fleet.sequential import heuristic_layout, plan_sequential, resolve_profiles
+from layerfit.fleet.screen import pin_conflicts, screen
+from layerfit.fleet.sequential import heuristic_layout, plan_sequential
 from layerfit.fleet.tiers import TIER_NAMES, TierOutcome, solve_tiers
 from layerfit.memory import claims as compute_claims
 
@@ -39,6 +41,7 @@ def _pin_reasons(
     by_name = {d.name: d for d in fleet.deployments}
     pins: dict[str, Counter[Layout]] = defaultdict(Counter)
     reasons: list[Reason] = []
+    fitting: list[tuple[Placement, MemoryProfile]] = []
     for placement in fleet.current:
         if not placement.pinned:
             continue
@@ -55,8 +58,11 @@ def _pin_reasons(
                 )
             )
             continue
+        fitting.append((placement, profiles[deployment.name]))
+    together, conflicts = pin_conflicts(fleet.cluster, fitting)
+    for placement in together:
         pins[placement.deployment][placement.layout] += 1
-    return pins, reasons
+    return pins, [*reasons, *conflicts]
 
 
 def _candidate_tasks(
@@ -117,13 +123,20 @@ def plan_fleet(
     config: FleetConfig = FleetConfig(),
     planner_config: PlannerConfig = PlannerConfig(time_limit_s=2.0),
 ) -> FleetPlan:
-    """Place every replica that fits, jointly; then order the moves from the current placement."""
+    """Place every replica that fits, jointly; then order the moves from the current placement.
+
+    Bad input (a selection naming a missing GPU, a placement of the wrong size or on a missing GPU,
+    pins that overflow together) is reported in ``reasons`` and the rest is planned (``screen``).
+    """
+
     ranged = [d.name for d in fleet.deployments if d.has_ctx_range]
     if ranged:
         problem = "a context range (ctx_auto, ctx_min/ctx_max) is planned per deployment, not by the fleet yet"
         raise InputError(f"deployment[{ranged[0]}]", problem)
+    original = fleet
     started = time.perf_counter()
-    profiles = dict(zip((d.name for d in fleet.deployments), resolve_profiles(fleet.deployments), strict=True))
+    screened = screen(fleet)
+    fleet, profiles = screened.fleet, screened.profiles
     candidates = run_tasks(candidates_task, _candidate_tasks(fleet, profiles, config, planner_config), config)
     candidates, seed = _with_sequential_seed(fleet, profiles, candidates, config, planner_config)
     generation_s = time.perf_counter() - started
@@ -137,7 +150,19 @@ def plan_fleet(
             "details": {**result.stats[0].details, "candidate_generation_s": round(generation_s, 3)},
         }
     )
-    return result.model_copy(update={"stats": (stats,)})
+    unplaced = [
+        UnplacedReplica(deployment=d.name, replica=r, reasons=(screened.unplaceable[d.name],))
+        for d in original.deployments
+        if d.name in screened.unplaceable
+        for r in range(d.replicas)
+    ]
+    return result.model_copy(
+        update={
+            "stats": (stats,),
+            "reasons": (*screened.reasons, *result.reasons),
+            "unplaced": (*result.unplaced, *unplaced),
+        }
+    )
 
 
 def _with_column_generation(
