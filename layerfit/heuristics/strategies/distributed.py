@@ -199,6 +199,8 @@ def _search_combinations(
     """
     lo, hi = layer_range(ctx)
     for count in sorted(combos):
+        if not _count_may_reach(ctx, main_gpus, combos[count], hi):
+            continue
         reached = tuple(_fits(ctx, main, main_gpus, combos[count], hi, hi, rising=False))
         if reached:
             return reached
@@ -211,6 +213,20 @@ def _search_combinations(
             found.append(verdict)
             best = verdict.n_gpu_layers
     return tuple(verdict for verdict in found if verdict.n_gpu_layers == best)
+
+
+def _count_may_reach(
+    ctx: Context, main_gpus: tuple[GpuView, ...], group: Iterable[tuple[GpuView, ...]], layers: int
+) -> bool:
+    """Whether any combination of this size can have room for ``layers``. Candidates come largest
+    first, so the first combination has the most VRAM; when every candidate costs the same besides
+    its layers (one memory type, no ``-ts``) no other combination has more room."""
+    first = next(iter(group), None)
+    if first is None or ctx.tensor_split is not None or len({gpu.unified for gpu in first}) > 1:
+        return True
+    if any(gpu.unified != first[0].unified for gpu in ctx.gpus):
+        return True
+    return ctx.evaluator.layers_within(room_for_layers(ctx, first + main_gpus), layers, layers) >= layers
 
 
 def _fits(
