@@ -243,6 +243,8 @@ def _fits(
     for rpc in group:
         if not ctx.budget.in_time():
             return
+        if ctx.tensor_split is not None and len(ctx.tensor_split) != len(rpc + main_gpus):
+            continue  # a split over another number of devices than this combination has
         most = ctx.evaluator.layers_within(room_for_layers(ctx, rpc + main_gpus), lo, hi)
         if most < lo:
             continue
