@@ -18,7 +18,9 @@ def test_examples_are_written_from_the_package_and_plan(capsys: pytest.CaptureFi
     target = tmp_path / "ex"
     assert main(["examples", str(target)]) == EXIT_PLACED
     written = sorted(path.name for path in target.iterdir())
-    assert written == ["cluster.yaml", "deployment.yaml", "fleet.yaml", "layout.yaml", "moe-cluster.yaml", "too-big.yaml"]
+    assert written == [
+        "cluster.yaml", "deployment.yaml", "fleet.yaml", "layout.yaml", "moe-cluster.yaml", "too-big.yaml"
+    ]
     for name in written:
         assert (target / name).read_bytes() == (PACKAGE_EXAMPLES / name).read_bytes()
     capsys.readouterr()

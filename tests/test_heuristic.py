@@ -561,6 +561,14 @@ def test_messages_show_the_first_advice_in_display_order() -> None:
     assert (advice.needed_bytes, advice.available_bytes, advice.gpu_index) == (1100, 1000, 0)
 
 
+def test_single_gpu_advice_uses_gpustacks_words() -> None:
+    # One selected GPU (a:0, 1000) cannot hold the model (1250): GPUStack's single-GPU advice reads
+    # "The available GPU has X GiB VRAM and Y GiB RAM." (the worker's RAM), word for word.
+    result = run(cluster(worker("a", 1000)), deployment(cpu_offloading=False, select=("a:cuda:0",)))
+    assert result.status is Status.INFEASIBLE
+    assert any(message.endswith("The available GPU has 0.00 GiB VRAM and 0.00 GiB RAM.") for message in result.messages)
+
+
 def test_partial_advice_with_gpu_layers() -> None:
     # -ngl 9 on a(500): 150 + 900 = 1050 > 500; GPUStack advises with the layer count.
     result = run(cluster(worker("a", 500)), deployment(ngl=9))

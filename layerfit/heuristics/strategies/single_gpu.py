@@ -30,8 +30,7 @@ def search(ctx: Context) -> StrategyResult:
     needed, reasons = rejection(ctx, ACTION, placement(ctx.worker(largest.worker), (largest,)), total)
     advice = sentences(
         requirement(needed.total_vram_bytes, needed.total_ram_bytes),
-        f"The largest available GPU has {gib(largest.vram_bytes)} GiB VRAM "
-        f"and its worker {gib(largest.worker_ram_bytes)} GiB RAM.",
+        f"The available GPU has {gib(largest.vram_bytes)} GiB VRAM and {gib(largest.worker_ram_bytes)} GiB RAM.",
     )
     return StrategyResult(reasons=reasons, notes=(Note(Level.INFO, ACTION, advice),))
 
