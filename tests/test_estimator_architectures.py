@@ -1,6 +1,6 @@
 """The estimator against llama.cpp for every architecture it models (CPU build, rpc-server devices).
 
-``gguf_fixtures/ground_truth/cpu-architectures.csv`` holds llama.cpp's real buffers for the small
+``gguf_fixtures/ground_truth/cpu-architectures*.csv`` hold llama.cpp's real buffers for the small
 models of ``layerfit.estimators.arch_fixtures`` (recorded with ``benchmarks/llamacpp_truth.py
 --record``). Here each model is rebuilt header-only, each run's flags become the layout
 llama.cpp built, and ``memory.claims`` must match per device (rpc-servers and the host): weights
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_gguf import (
-    ARCH_CSV,
+    ARCH_CSVS,
     GROUND_TRUTH_DIR,
     Comparison,
     Run,
@@ -28,7 +28,7 @@ from fixtures_gguf import (
 from layerfit.estimators.arch_fixtures import ARCH_MODELS
 from layerfit.estimators.architectures import KNOWN_ARCHITECTURES
 
-RUNS = load_runs(GROUND_TRUTH_DIR, (ARCH_CSV,))
+RUNS = load_runs(GROUND_TRUTH_DIR, ARCH_CSVS)
 TOLERANCE = {"weights": (0.01, 1.0), "kv": (0.01, 1.0), "compute": (0.10, 16.0)}
 """Per quantity: (relative, MiB), whichever is larger."""
 
