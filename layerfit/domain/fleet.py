@@ -147,8 +147,10 @@ class FleetConfig(Frozen):
     """Cap on single-GPU candidate layouts per deployment, spread evenly over the GPUs; 0 = no cap.
     Keeps the master problem small on large fleets; optimality is relative to the candidates."""
     seed: NonNegInt = 0
-    num_search_workers: NonNegInt = 0
-    """CP-SAT workers for the master problem; 0 = one per core."""
+    num_search_workers: NonNegInt = 1
+    """CP-SAT workers for the master problem. 1 with a fixed seed gives the same plan for the same
+    input on every run and every executor when no limit is hit; 0 = one per core (parallel CP-SAT
+    picks among equally good plans by timing, so the plan can differ from run to run)."""
     column_generation: bool = True
     """Price new layouts for every deployment against the master's LP duals (column generation):
     better columns, and a bound on the first two tiers over all layouts, not only the candidates."""
