@@ -69,6 +69,10 @@ def test_ray_matches_serial(serial: tuple[object, ...]) -> None:
         ray.shutdown()
 
 
+MODELS = [(2.5, 16), (5.0, 32), (9.0, 40), (19.0, 64)]
+"""(GiB of weights, blocks) of the generated deployments."""
+
+
 def generated_fleet(seed: int) -> Fleet:
     """Four workers of two GPUs of a few alike sizes (so that equally good plans abound) and six deployments."""
     rng = random.Random(seed)
@@ -96,7 +100,7 @@ def generated_fleet(seed: int) -> Fleet:
             cpu_offloading=rng.random() < 0.3,
             distributed_inference_across_workers=rng.random() < 0.2,
         )
-        for i, (size, n_blocks) in enumerate(rng.choice([(2.5, 16), (5.0, 32), (9.0, 40), (19.0, 64)]) for _ in range(6))
+        for i, (size, n_blocks) in enumerate(rng.choice(MODELS) for _ in range(6))
     )
     return Fleet(cluster=Cluster(workers=workers), deployments=deployments)
 
