@@ -201,8 +201,8 @@ class FleetPlan(Frozen):
     moves: tuple[Move, ...] = ()
     """The steps from the current placement to the plan, in an order that never exceeds capacity."""
     stopped: tuple[ReplicaRef, ...] = ()
-    """Replicas with a current placement and none in the plan (on a lost worker, scaled down, or
-    evicted by a higher priority)."""
+    """Replicas with a current placement and none in the plan (on a lost worker, scaled down,
+    evicted by a higher priority, or of a deployment that cannot be planned whose memory is not known)."""
     lost: tuple[LostPlacement, ...] = ()
     """Current placements on GPUs or workers that are gone: stop them by hand."""
     commands: tuple[ReplicaCommands, ...] = ()

@@ -28,7 +28,7 @@ from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.master import Master, priority_weights
 from layerfit.fleet.moves import assign_replicas, order_moves
-from layerfit.fleet.screen import pin_conflicts, screen
+from layerfit.fleet.screen import pin_conflicts, screen, with_stops_first
 from layerfit.fleet.sequential import heuristic_layout, plan_sequential
 from layerfit.fleet.tiers import TIER_NAMES, TierOutcome, solve_tiers
 from layerfit.memory import claims as compute_claims
@@ -126,7 +126,8 @@ def plan_fleet(
     """Place every replica that fits, jointly; then order the moves from the current placement.
 
     Bad input (a selection naming a missing GPU, a placement of the wrong size or on a missing GPU,
-    pins that overflow together) is reported in ``reasons`` and the rest is planned (``screen``).
+    pins that overflow together) is reported in ``reasons`` and the rest is planned (``screen``);
+    replicas of a deployment left out keep running, their memory counted, or are stopped first.
     """
 
     ranged = [d.name for d in fleet.deployments if d.has_ctx_range]
@@ -156,13 +157,14 @@ def plan_fleet(
         if d.name in screened.unplaceable
         for r in range(d.replicas)
     ]
-    return result.model_copy(
+    result = result.model_copy(
         update={
             "stats": (stats,),
             "reasons": (*screened.reasons, *result.reasons),
             "unplaced": (*result.unplaced, *unplaced),
         }
     )
+    return with_stops_first(result, screened.stop_first, original.cluster)
 
 
 def _with_column_generation(
