@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import ComputeBuffer, MemoryProfile, RoleCosts
 from layerfit.memory import claims, host_expert_bytes
@@ -93,3 +95,9 @@ def attach(
 def engine_blocks(profile: MemoryProfile) -> tuple[int, ...]:
     """The blocks whose experts the user's tensor overrides keep on the host (none: empty)."""
     return profile.fixed_host_experts or ()
+
+
+def experts_are_a_decision(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig) -> bool:
+    """The engines choose where experts go: a MoE model, expert offload on, CPU offloading allowed,
+    and no tensor override of the user's fixing them."""
+    return profile.is_moe and profile.fixed_host_experts is None and config.expert_offload and deployment.cpu_offloading

@@ -14,7 +14,13 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
-from layerfit.experts import attach, expertless_blocks, profile_with_host_experts
+from layerfit.experts import (
+    attach,
+    expertless_blocks,
+    experts_are_a_decision,
+    profile_with_host_experts,
+    with_host_experts,
+)
 from layerfit.launch import commands
 from layerfit.memory import claims
 from layerfit.usage import use_of
@@ -122,14 +128,20 @@ def plan(
     deadline = Deadline.after(config.time_limit_s).earlier(deadline)
     profile = profile if profile is not None else resolve_profile(deployment)
     quick, fixed = plan_with_experts(cluster, deployment, config, profile, deadline=deadline.share(HEURISTIC_SHARE))
-    engine_profile = profile_with_host_experts(profile, fixed)
+    # The solver places experts itself when that is a decision; otherwise it plans over the
+    # heuristic's (or the user's) choice, as a dense stand-in profile.
+    decided = experts_are_a_decision(deployment, profile, config)
+    engine_profile = profile if decided else profile_with_host_experts(profile, fixed)
+    hint = quick.layout if quick.layout is None or not decided else with_host_experts(quick.layout, fixed)
     if deadline.remaining() < MIN_SOLVER_TIME_S:
         result = _solver_skipped(deployment)
     else:
-        result = solver.solve(cluster, deployment, engine_profile, _within(config, deadline), hint=quick.layout)
+        result = solver.solve(cluster, deployment, engine_profile, _within(config, deadline), hint=hint)
     stats = (*quick.stats, result.stats)
+    attach_fixed = bool(fixed)
     if result.best is not None:
         best, alternatives, status = result.best, result.alternatives, result.status
+        attach_fixed = attach_fixed and not decided
     elif quick.best is not None:
         best, alternatives, status = quick.best, quick.alternatives, Status.FEASIBLE
     else:
@@ -143,7 +155,7 @@ def plan(
             stats=(*stats, *explained),
             relaxations=found,
         )
-    if fixed:
+    if attach_fixed:
         unified = unified_workers(cluster)
         attached = [with_experts(profile, candidate, fixed, unified) for candidate in (best, *alternatives)]
         best, alternatives = attached[0], tuple(attached[1:])

@@ -23,7 +23,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Plan
 from layerfit.domain.profile import MemoryProfile
-from layerfit.experts import engine_blocks, first_expert_blocks, profile_with_host_experts
+from layerfit.experts import engine_blocks, experts_are_a_decision, first_expert_blocks, profile_with_host_experts
 from layerfit.heuristics.selector import plan
 
 
@@ -48,9 +48,7 @@ def plan_with_experts(
     """GPUStack's strategies with the MoE stage; the plan (over the stand-in profile) and the blocks
     whose experts it keeps on the host."""
     fixed = engine_blocks(profile)
-    if profile.fixed_host_experts is not None or not (
-        profile.is_moe and config.expert_offload and deployment.cpu_offloading
-    ):
+    if not experts_are_a_decision(deployment, profile, config):
         return plan(cluster, deployment, config, profile_with_host_experts(profile, fixed), deadline=deadline), fixed
     wanted = wanted_gpu_layers(deployment, profile)
 

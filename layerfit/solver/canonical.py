@@ -68,6 +68,7 @@ def _rename_twins(instance: Instance, layout: Layout) -> Layout:
         n_blocks=layout.n_blocks,
         devices=tuple(rename(device) for device in layout.devices),
         output_offloaded=layout.output_offloaded,
+        host_expert_blocks=layout.host_expert_blocks,
     )
 
 

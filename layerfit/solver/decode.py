@@ -33,6 +33,7 @@ def decode(instance: Instance, variables: Variables, value: ValueOf) -> Layout:
         n_blocks=instance.n_blocks,
         devices=tuple(devices),
         output_offloaded=bool(value(variables.output_offloaded)),
+        host_expert_blocks=tuple(block for block, chosen in variables.host_experts.items() if value(chosen)),
     )
 
 
@@ -46,6 +47,10 @@ def decision_values(instance: Instance, variables: Variables, layout: Layout) ->
         return None
     values: dict[IntVar, int] = {chosen: int(w == main) for w, chosen in variables.main.items()}
     values[variables.output_offloaded] = int(layout.output_offloaded)
+    if not set(layout.host_expert_blocks) <= variables.host_experts.keys():
+        return None
+    for block, chosen in variables.host_experts.items():
+        values[chosen] = int(block in layout.host_expert_blocks)
     for slots, devices in ((variables.rpc, layout.rpc_devices), (variables.local, layout.local_devices)):
         if len(devices) > len(slots):
             return None

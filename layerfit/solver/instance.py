@@ -33,6 +33,7 @@ from layerfit.domain.profile import DeviceRole, MemoryProfile
 from layerfit.memory import device_blocks
 from layerfit.selection import tensor_split_in_force, whole_selection
 from layerfit.solver.costs import Costs, memory_costs
+from layerfit.solver.expert_costs import ExpertCosts, dense_prefix, expert_costs
 from layerfit.solver.scale import Scale, choose_scale, tie_break_unit
 
 
@@ -123,11 +124,13 @@ class Instance:
     rules: Rules
     scale: Scale
     policy: Policy
+    experts: ExpertCosts | None = None
+    """Where experts go is a decision (``expert_costs``); ``None``: they stay with their blocks."""
 
     @property
     def uniform_blocks(self) -> bool:
-        """Every block costs the same (on GPU and on the host)."""
-        return self.costs.uniform_block is not None
+        """Every block costs the same (on GPU and on the host) and no expert is placed apart."""
+        return self.costs.uniform_block is not None and self.experts is None
 
     @property
     def n_layers(self) -> int:
@@ -195,11 +198,25 @@ class Instance:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_instance(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig) -> Instance:
-    """Prepare one deployment for the model: rules, scaled costs, candidate workers and GPUs."""
-    rules = _rules(deployment, profile, config)
+def build_instance(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    *,
+    experts: bool = False,
+) -> Instance:
+    """Prepare one deployment for the model: rules, scaled costs, candidate workers and GPUs.
+    ``experts``: where the experts go is a decision of the model."""
+    rules = _rules(deployment, profile, config, experts=experts)
     raw = memory_costs(profile)
-    scale = choose_scale(chain(raw.sizes(), _capacities(cluster)))
+    raw_experts = expert_costs(profile) if experts else None
+    expert_sizes = () if raw_experts is None else raw_experts.sizes()
+    scale = choose_scale(chain(raw.sizes(), expert_sizes, _capacities(cluster)))
+    # the GPU floors take each block at its lightest (experts on the host when they may go there)
+    floor_costs = (
+        raw if raw_experts is None else replace(raw, block_prefix_up=dense_prefix(raw.block_prefix_up, raw_experts))
+    )
     selection = _selection(cluster, deployment)
     min_main_ram = min(size for kind, size in raw.host.items() if kind.partial in rules.partial_values)
     allow_rpc = deployment.distributed_inference_across_workers and not rules.single_device
@@ -211,7 +228,7 @@ def build_instance(cluster: Cluster, deployment: Deployment, profile: MemoryProf
         )
         rpc_ok = allow_rpc and worker.allocatable_ram_bytes >= profile.rpc_host_fixed_bytes
         worker_classes = _gpu_classes(
-            worker, len(workers), raw, rules, scale, selection, main_ok=main_ok, rpc_ok=rpc_ok
+            worker, len(workers), floor_costs, rules, scale, selection, main_ok=main_ok, rpc_ok=rpc_ok
         )
         first = len(classes)
         classes.extend(worker_classes)
@@ -248,17 +265,20 @@ def build_instance(cluster: Cluster, deployment: Deployment, profile: MemoryProf
         rules=rules,
         scale=scale,
         policy=config.policy,
+        experts=None if raw_experts is None else raw_experts.scaled(scale),
     )
 
 
-def _rules(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig) -> Rules:
+def _rules(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, *, experts: bool) -> Rules:
     params = deployment.params
     n_layers = profile.n_layers
     target = None if params.n_gpu_layers is None else min(params.n_gpu_layers, n_layers)
     image = deployment.kind is ModelKind.IMAGE
     full = image or not deployment.cpu_offloading
-    if full or target == n_layers:
+    if full or (target == n_layers and not experts):
         partial_values: tuple[bool, ...] = (False,)
+    elif target == n_layers:
+        partial_values = (False, True)  # every layer on GPUs, experts on the host or not
     elif target is not None:
         partial_values = (True,)
     else:

@@ -12,6 +12,8 @@ class TierValues(Frozen):
     """The objective tiers of the best layout, in DESIGN.md order."""
 
     gpu_layers: NonNegInt
+    expert_blocks_on_gpus: NonNegInt | None = None
+    """Blocks whose experts are on GPUs, when the solver placed experts (``expert_search``)."""
     workers: NonNegInt
     gpus: NonNegInt
     tie_break: float

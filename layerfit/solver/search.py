@@ -38,6 +38,7 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, EngineStats, Status
 from layerfit.domain.profile import MemoryProfile
+from layerfit.experts import experts_are_a_decision
 from layerfit.solver.bounds import (
     layer_ceiling,
     most_remote_gpus,
@@ -131,7 +132,13 @@ def solve(
     ``hint`` (the heuristic's best layout) seeds the search; it need not be valid. A valid hint is
     the incumbent: the answer is never worse than it, and never UNKNOWN or INFEASIBLE.
     ``shortcuts``: answer without CP-SAT where a bound proves it (``proofs``); off only to test them.
+    When where the experts go is a decision (``layerfit.experts.experts_are_a_decision``), the model
+    places them block by block (``expert_search``), with the tier "blocks with experts on GPUs".
     """
+    if experts_are_a_decision(deployment, profile, config):
+        from layerfit.solver.expert_search import solve_with_experts
+
+        return solve_with_experts(cluster, deployment, profile, config, hint)
     clock = _Clock(config.time_limit_s)
     trace = _Trace()
     instance = build_instance(cluster, deployment, profile, config)

@@ -9,7 +9,7 @@ output layer. Blocks ``0 .. cpu_blocks-1`` stay on the host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
@@ -75,6 +75,8 @@ class Variables:
     """More than one device."""
     host_kind: dict[HostKind, IntVar]
     """Exactly one is true: what the main worker's RAM besides kept blocks depends on."""
+    host_experts: dict[int, IntVar] = field(default_factory=dict)
+    """Expert block -> its experts stay in host RAM (empty unless ``Instance.experts``)."""
 
     @property
     def slots(self) -> tuple[SlotVars, ...]:
@@ -149,4 +151,7 @@ def make_variables(model: cp_model.CpModel, instance: Instance) -> Variables:
             for hk in instance.costs.host
             if hk.partial in instance.rules.partial_values
         },
+        host_experts={}
+        if instance.experts is None
+        else {block: model.new_bool_var(f"host_experts{block}") for block in instance.experts.blocks},
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from layerfit.solver.constraints import layers, placement, ram, roles, rules, symmetry, tensor_split, vram
+from layerfit.solver.constraints import experts, layers, placement, ram, roles, rules, symmetry, tensor_split, vram
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Variables
 
@@ -18,5 +18,7 @@ def post_all(model: cp_model.CpModel, instance: Instance, variables: Variables, 
     tensor_split.post(model, instance, variables)
     vram.post(model, instance, variables)
     ram.post(model, instance, variables)
+    if instance.experts is not None:
+        experts.post(model, instance.experts, variables)
     if break_symmetry:
         symmetry.post(model, instance, variables)

@@ -37,7 +37,7 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         model.add(cpu == 0).only_enforce_if(out)
     model.add(variables.partial >= 1 - out)
     model.add(cpu <= n * variables.partial)
-    model.add(variables.partial <= cpu + 1 - out)
+    model.add(variables.partial <= cpu + 1 - out + sum(variables.host_experts.values()))
     model.add(variables.gpu_layers == n - cpu + out)
 
 

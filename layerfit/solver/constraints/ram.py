@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from layerfit.solver.constraints.experts import host_expert_ram
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Expr, Variables
 
@@ -48,7 +49,7 @@ def main_ram_expression(model: cp_model.CpModel, instance: Instance, variables: 
         kept = model.new_int_var(0, costs.host_prefix_up[-1], "host_kept_blocks")
         model.add_element(variables.cpu_blocks, costs.host_prefix_up, kept)
     fixed = sum(costs.host[kind] * chosen for kind, chosen in variables.host_kind.items())
-    return fixed + kept
+    return fixed + kept + host_expert_ram(instance.experts, variables)
 
 
 def _host_kind(model: cp_model.CpModel, variables: Variables) -> None:

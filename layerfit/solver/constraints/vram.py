@@ -11,6 +11,7 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 from layerfit.solver.bounds import device_blocks
+from layerfit.solver.constraints.experts import slot_savings
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Expr, SlotVars, Variables
 
@@ -23,15 +24,20 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         block_costs = [_blocks_cost(model, instance, slot) for slot in variables.slots]
         if costs.uniform_block is None and variables.slots:
             _offloaded_total(model, instance, variables, block_costs)
-    for slot, blocks_cost in zip(variables.slots, block_costs, strict=True):
+    savings: list[Expr] = [0] * len(variables.slots)
+    if instance.experts is not None:
+        savings = slot_savings(model, instance.experts, variables)
+    for slot, blocks_cost, saving in zip(variables.slots, block_costs, savings, strict=True):
         fixed = sum(instance.costs.device[kind] * chosen for kind, chosen in slot.device_kind.items())
         first = 0 if slot.first_full is None else instance.costs.first_device * slot.first_full
-        model.add(slot.need == blocks_cost + fixed + instance.costs.output * slot.holds_output + first)
+        model.add(slot.need == blocks_cost - saving + fixed + instance.costs.output * slot.holds_output + first)
         capacity = sum(instance.classes[c].capacity * assigned for c, assigned in slot.assign.items())
         # Unconditional (a strong linear relaxation): an unused slot needs nothing, except for at
         # most one unit of rounding between the two prefix tables when scaling is inexact.
         slack = 0 if instance.scale.exact else 1
         model.add(slot.need <= capacity + slack * (1 - slot.used))
+        if instance.experts is not None:
+            continue  # the bound below takes blocks with their experts
         # Redundant: whole blocks per GPU (the relaxation would otherwise split blocks across GPUs).
         most = {c: device_blocks(instance, instance.classes[c].capacity, slot.kind) for c in slot.assign}
         model.add(slot.blocks <= sum(most[c] * assigned for c, assigned in slot.assign.items()))

@@ -1,0 +1,212 @@
+"""Solving a deployment whose experts' place is a decision (``expert_costs``).
+
+The tiers, strict in this order: layers on GPUs, blocks whose experts are on GPUs, workers, GPUs;
+then the placement policy's tie-break. One model holds every slot and worker, with the experts of
+each GPU block free to stay on the host; it maximises the weighted strict tiers from the
+heuristic's layout (hint and floor), then, with them fixed, minimises the tie-break, then finds
+the alternatives on other GPU sets as ``search`` does. The capacity bounds, shortcuts and
+worker-by-worker steps of ``search`` take blocks with their experts, so they are not used here.
+A context range is decided around this (``layerfit.context``): each context is a fixed-context
+solve, and the largest context that keeps the tiers above it wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import Layout
+from layerfit.domain.plan import Candidate, Status
+from layerfit.domain.profile import MemoryProfile
+from layerfit.solver.build import BuiltModel, build_model
+from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_of
+from layerfit.solver.constraints.experts import experts_on_gpus
+from layerfit.solver.instance import Instance, build_instance
+from layerfit.solver.objective import tie_break
+from layerfit.solver.result import SolveResult, TierValues
+from layerfit.solver.runner import Run, hint_layout, run, set_full_hint
+from layerfit.solver.search import HINT_TIME_FRACTION, MIN_TIE_BREAK_TIME_S, _Clock, _exclude, _result, _Trace
+from layerfit.solver.variables import Expr
+
+ExpertTierKey = tuple[int, int, int, int]
+"""``(layers, expert blocks on GPUs, -workers, -gpus)``: higher is better."""
+
+
+def expert_tier_key(profile: MemoryProfile, layout: Layout) -> ExpertTierKey:
+    """A layout's strict tiers when experts are placed apart from their blocks."""
+    on_gpus = sum(1 for block in profile.expert_blocks if block >= layout.cpu_blocks)
+    return (layout.gpu_layers, on_gpus - len(layout.host_expert_blocks), -len(layout.workers), -len(layout.devices))
+
+
+@dataclass(frozen=True)
+class ExpertTiers:
+    layers: Expr
+    experts: Expr
+    workers: Expr
+    gpus: Expr
+    weights: tuple[int, int, int]
+    """Layer, expert and worker weights; each exceeds the whole range of the tiers below it."""
+
+    @property
+    def combined(self) -> Expr:
+        return self.value(self.layers, self.experts, self.workers, self.gpus)
+
+    def value(self, layers: Expr, experts: Expr, workers: Expr, gpus: Expr) -> Expr:
+        layer_weight, expert_weight, worker_weight = self.weights
+        return layer_weight * layers + expert_weight * experts - worker_weight * workers - gpus
+
+    def of(self, key: ExpertTierKey) -> int:
+        layers, experts, workers, gpus = key
+        value = self.value(layers, experts, -workers, -gpus)
+        assert isinstance(value, int)
+        return value
+
+
+def expert_tiers(built: BuiltModel) -> ExpertTiers:
+    instance, variables = built.instance, built.variables
+    assert instance.experts is not None
+    max_gpus = instance.rpc_slots + instance.local_slots
+    worker_weight = max_gpus + 1
+    expert_weight = instance.rpc_slots * worker_weight + max_gpus + 1
+    layer_weight = (len(instance.experts.blocks) + 1) * expert_weight
+    return ExpertTiers(
+        layers=variables.gpu_layers,
+        experts=experts_on_gpus(built.model, instance.experts, variables),
+        workers=sum(variables.worker_used.values()),
+        gpus=sum(slot.used for slot in variables.slots),
+        weights=(layer_weight, expert_weight, worker_weight),
+    )
+
+
+def solve_with_experts(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, hint: Layout | None
+) -> SolveResult:
+    """The provably best layout, experts placed block by block (see the module docstring)."""
+    clock = _Clock(config.time_limit_s)
+    trace = _Trace()
+    instance = build_instance(cluster, deployment, profile, config, experts=True)
+    incumbent = incumbent_of(cluster, deployment, profile, config, hint)
+    if incumbent is not None:
+        trace.incumbent = "valid"
+    built = build_model(instance)
+    tiers = expert_tiers(built)
+    hinted = False
+    if hint is not None:
+        trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+        hinted = trace.hint == "accepted"
+    if incumbent is not None:
+        built.model.add(tiers.combined >= tiers.of(expert_tier_key(profile, incumbent.layout)))
+    built.model.maximize(tiers.combined)
+    first = trace.record("strict", run(built, config, clock.remaining()))
+    if not first.found:
+        if incumbent is not None:
+            return _kept(instance, profile, clock, trace, incumbent, tiers, first)
+        proven_empty = first.status == cp_model.INFEASIBLE and not hinted
+        return _result(instance, clock, trace, Status.INFEASIBLE if proven_empty else Status.UNKNOWN)
+    strict_proven = first.status == cp_model.OPTIMAL
+    key = (first.value(tiers.layers), first.value(tiers.experts), first.value(tiers.workers), first.value(tiers.gpus))
+    final = _tie_break(built, tiers, key, first, config, clock, trace)
+    best = checked_candidate(cluster, deployment, profile, config, final.layout(built))
+    if incumbent is not None and expert_tier_key(profile, incumbent.layout) > expert_tier_key(profile, best.layout):
+        return _kept(instance, profile, clock, trace, incumbent, tiers, first)
+    alternatives: tuple[Candidate, ...] = ()
+    if strict_proven and config.alternatives:
+        alternatives = _alternatives(cluster, deployment, profile, config, built, final, clock, trace)
+    trace.proof = "cp-sat" if strict_proven else "none"
+    objective = float(tiers.of(expert_tier_key(profile, best.layout)))
+    return _result(
+        instance,
+        clock,
+        trace,
+        Status.OPTIMAL if strict_proven and final.status == cp_model.OPTIMAL else Status.FEASIBLE,
+        best=best,
+        alternatives=alternatives,
+        tiers=_tier_values(profile, best),
+        strict_optimal=strict_proven,
+        objective=objective,
+        bound=objective if strict_proven else max(objective, first.bound),
+    )
+
+
+def _tie_break(
+    built: BuiltModel,
+    tiers: ExpertTiers,
+    key: tuple[int, int, int, int],
+    first: Run,
+    config: PlannerConfig,
+    clock: _Clock,
+    trace: _Trace,
+) -> Run:
+    """With the strict tiers fixed at ``key``, the best tie-break (``first`` when none is found)."""
+    for expression, value in zip((tiers.layers, tiers.experts, tiers.workers, tiers.gpus), key, strict=True):
+        built.model.add(expression == value)
+    built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=key[3] > 0))
+    set_full_hint(built.model, first.solution)
+    time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
+    second = trace.record("tie-break", run(built, config, time_limit))
+    return second if second.found else first
+
+
+def _alternatives(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    built: BuiltModel,
+    previous: Run,
+    clock: _Clock,
+    trace: _Trace,
+) -> tuple[Candidate, ...]:
+    """Up to ``config.alternatives`` layouts as good on the strict tiers, on other GPU sets."""
+    found: list[Candidate] = []
+    while len(found) < config.alternatives:
+        if clock.remaining() <= 0:
+            trace.truncated = "alternatives"
+            break
+        _exclude(built.model, built.variables, previous)
+        built.model.proto.clear_solution_hint()
+        result = trace.record("alternative", run(built, config, clock.remaining()))
+        if not result.proven:
+            trace.truncated = "alternatives"
+        if not result.found:
+            break
+        found.append(checked_candidate(cluster, deployment, profile, config, result.layout(built)))
+        previous = result
+    return tuple(found)
+
+
+def _tier_values(profile: MemoryProfile, candidate: Candidate) -> TierValues:
+    layers, experts, workers, gpus = expert_tier_key(profile, candidate.layout)
+    return TierValues(
+        gpu_layers=layers, expert_blocks_on_gpus=experts, workers=-workers, gpus=-gpus, tie_break=candidate.score
+    )
+
+
+def _kept(
+    instance: Instance,
+    profile: MemoryProfile,
+    clock: _Clock,
+    trace: _Trace,
+    incumbent: Incumbent,
+    tiers: ExpertTiers,
+    search: Run,
+) -> SolveResult:
+    """The heuristic's layout as the answer (the search found nothing better in time, or CP-SAT
+    contradicted a layout ``check`` accepts)."""
+    trace.incumbent = "contradicted" if search.status == cp_model.INFEASIBLE else "kept"
+    trace.proof = "none"
+    objective = float(tiers.of(expert_tier_key(profile, incumbent.layout)))
+    return _result(
+        instance,
+        clock,
+        trace,
+        Status.FEASIBLE,
+        best=incumbent.candidate,
+        tiers=_tier_values(profile, incumbent.candidate),
+        objective=objective,
+        bound=max(objective, search.bound) if search.found else None,
+    )
