@@ -29,7 +29,14 @@ from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import tie_break
 from layerfit.solver.result import SolveResult, TierValues
 from layerfit.solver.runner import Run, hint_layout, run, set_full_hint
-from layerfit.solver.search import HINT_TIME_FRACTION, MIN_TIE_BREAK_TIME_S, _Clock, _exclude, _result, _Trace
+from layerfit.solver.search import (
+    HINT_TIME_FRACTION,
+    MIN_TIE_BREAK_TIME_S,
+    _Clock,
+    _result,
+    _Trace,
+    alternatives_after,
+)
 from layerfit.solver.variables import Expr
 
 ExpertTierKey = tuple[int, int, int, int]
@@ -115,7 +122,7 @@ def solve_with_experts(
         return _kept(instance, profile, clock, trace, incumbent, tiers, first)
     alternatives: tuple[Candidate, ...] = ()
     if strict_proven and config.alternatives:
-        alternatives = _alternatives(cluster, deployment, profile, config, built, final, clock, trace)
+        alternatives = alternatives_after(cluster, deployment, profile, config, built, final, clock, trace)
     trace.proof = "cp-sat" if strict_proven else "none"
     objective = float(tiers.of(expert_tier_key(profile, best.layout)))
     return _result(
@@ -149,34 +156,6 @@ def _tie_break(
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
     second = trace.record("tie-break", run(built, config, time_limit))
     return second if second.found else first
-
-
-def _alternatives(
-    cluster: Cluster,
-    deployment: Deployment,
-    profile: MemoryProfile,
-    config: PlannerConfig,
-    built: BuiltModel,
-    previous: Run,
-    clock: _Clock,
-    trace: _Trace,
-) -> tuple[Candidate, ...]:
-    """Up to ``config.alternatives`` layouts as good on the strict tiers, on other GPU sets."""
-    found: list[Candidate] = []
-    while len(found) < config.alternatives:
-        if clock.remaining() <= 0:
-            trace.truncated = "alternatives"
-            break
-        _exclude(built.model, built.variables, previous)
-        built.model.proto.clear_solution_hint()
-        result = trace.record("alternative", run(built, config, clock.remaining()))
-        if not result.proven:
-            trace.truncated = "alternatives"
-        if not result.found:
-            break
-        found.append(checked_candidate(cluster, deployment, profile, config, result.layout(built)))
-        previous = result
-    return tuple(found)
 
 
 def _tier_values(profile: MemoryProfile, candidate: Candidate) -> TierValues:

@@ -491,8 +491,22 @@ def _alternatives(
         built.model.add(expression == value)
     if not outcome.ranks_tie_break:
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=outcome.gpus > 0))
+    return alternatives_after(cluster, deployment, profile, config, built, outcome.best, clock, trace)
+
+
+def alternatives_after(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    built: BuiltModel,
+    previous: Run,
+    clock: _Clock,
+    trace: _Trace,
+) -> tuple[Candidate, ...]:
+    """Re-solves of a model whose strict tiers are fixed, each excluding the GPU sets found so far
+    (``previous`` first), until ``config.alternatives`` are found or no other exists."""
     found: list[Candidate] = []
-    previous = outcome.best
     while len(found) < config.alternatives:
         if clock.remaining() <= 0:
             trace.truncated = "alternatives"
