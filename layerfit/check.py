@@ -247,22 +247,34 @@ def check_layout(
     config: PlannerConfig = PlannerConfig(),
 ) -> tuple[Reason, ...]:
     """Every violation of a layout: references, llama.cpp's offload order, rules, capacities."""
+    return checked_claims(cluster, deployment, profile, layout, config)[0]
+
+
+def checked_claims(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    layout: Layout,
+    config: PlannerConfig = PlannerConfig(),
+) -> tuple[tuple[Reason, ...], Claims | None]:
+    """``check_layout``'s violations, and the layout's claims when its references are sound."""
     missing = reference_reasons(cluster, layout)
     if missing:
-        return missing
+        return missing, None
     if layout.n_blocks != profile.n_blocks:
         return (
             Reason(
                 kind=ReasonKind.BLOCK_COUNT_MISMATCH,
                 message=f"layout has {layout.n_blocks} blocks, the model has {profile.n_blocks}",
             ),
-        )
+        ), None
     needed = compute_claims(profile, layout, unified_workers(cluster))
-    return (
+    reasons = (
         *offload_order_reasons(layout, config.offload_order),
         *rule_reasons(cluster, deployment, profile, layout, config),
         *capacity_reasons(cluster, needed),
     )
+    return reasons, needed
 
 
 def check(

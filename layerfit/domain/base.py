@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cache, cached_property
 from itertools import pairwise
 from typing import Annotated, Any, Literal, Self
 
@@ -93,7 +93,9 @@ class Itemised(Frozen):
         return model
 
 
+@cache
 def _cached_properties(cls: type) -> tuple[str, ...]:
+    """The cached properties of a class and its bases (computed once per class: copies are frequent)."""
     return tuple(
         name for klass in cls.__mro__ for name, value in vars(klass).items() if isinstance(value, cached_property)
     )

@@ -8,10 +8,10 @@ worker, the single-deployment planner's layouts over the whole cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from layerfit.check import check_layout, offload_order_reasons, rule_reasons, unified_workers
+from layerfit.check import checked_claims, offload_order_reasons, rule_reasons
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
@@ -68,11 +68,11 @@ def _moved_template(template: Claims, worker: Worker, index: int) -> Claims:
     )
 
 
-def _single_gpu_candidates(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, limit: int, offset: int
-) -> list[tuple[Layout, Claims]]:
-    """Full offloads on one GPU that fit. Their claims depend only on whether the worker has unified
-    memory, so the memory model and the rules run once per kind and capacities are compared per GPU."""
+def _fitting_gpus(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+) -> tuple[list[tuple[Worker, int]], dict[bool, Claims | None]]:
+    """The GPUs a full offload fits on alone, and its claims per memory kind (unified or not):
+    they depend only on that, so the memory model and the rules run once per kind."""
     selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
     templates: dict[bool, Claims | None] = {}
     fitting: list[tuple[Worker, int]] = []
@@ -86,12 +86,31 @@ def _single_gpu_candidates(
             template = templates[unified]
             if template is not None and _template_fits(template, worker, gpu.index):
                 fitting.append((worker, gpu.index))
+    return fitting, templates
+
+
+def _chosen_singles(
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    fitting: tuple[list[tuple[Worker, int]], dict[bool, Claims | None]],
+    limit: int,
+    offset: int,
+) -> list[tuple[Layout, Claims]]:
+    gpus, templates = fitting
     chosen = []
-    for worker, index in _shared_and_spread(fitting, limit, offset):
+    for worker, index in _shared_and_spread(gpus, limit, offset):
         template = templates[worker.unified_memory]
         if template is not None:
             chosen.append((_single_layout(profile, config, worker, index), _moved_template(template, worker, index)))
     return chosen
+
+
+def _single_gpu_candidates(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, limit: int, offset: int
+) -> list[tuple[Layout, Claims]]:
+    """Full offloads on one GPU that fit (at most ``limit``, chosen from ``offset``)."""
+    fitting = _fitting_gpus(cluster, deployment, profile, config)
+    return _chosen_singles(profile, config, fitting, limit, offset)
 
 
 def _shared_and_spread(fitting: list[tuple[Worker, int]], limit: int, offset: int) -> list[tuple[Worker, int]]:
@@ -136,6 +155,66 @@ def _planner_candidates(
     return valid_candidates(cluster, deployment, profile, config, layouts)
 
 
+Member = tuple[tuple[Layout, ...], int]
+"""A deployment of a group: its current layouts and its offset among the GPUs."""
+
+
+class _Shared:
+    """What the candidates of identical deployments share, each piece computed once when first needed."""
+
+    def __init__(self, cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig) -> None:
+        self.cluster, self.deployment, self.profile, self.config = cluster, deployment, profile, config
+        self.fitting = _fitting_gpus(cluster, deployment, profile, config)
+        self.hosts = [] if deployment.kind is ModelKind.IMAGE else _multi_gpu_hosts(cluster, deployment, profile)
+        self._on_host: dict[str, tuple[Layout, Claims] | None] = {}
+        self._planner: CandidateSet | None = None
+
+    def on_host(self, worker: Worker) -> tuple[Layout, Claims] | None:
+        """The first valid fewest-GPU full offload on this worker alone."""
+        if worker.name not in self._on_host:
+            layouts = worker_layouts(worker, self.profile, self.config)
+            self._on_host[worker.name] = _first_valid(self.cluster, self.deployment, self.profile, self.config, layouts)
+        return self._on_host[worker.name]
+
+    def planner(self) -> CandidateSet:
+        if self._planner is None:
+            self._planner = _planner_candidates(self.cluster, self.deployment, self.profile, self.config)
+        return self._planner
+
+
+def _member_candidates(shared: _Shared, current: Sequence[Layout], limit: int, offset: int) -> CandidateSet:
+    found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
+    found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
+    fits_one_worker = bool(shared.fitting[0])
+    for worker in _stratified(shared.hosts, limit, offset):
+        multi = shared.on_host(worker)
+        if multi is not None:
+            found.append(multi)
+            fits_one_worker = True
+    if not fits_one_worker:
+        # Nothing fits fully on one worker: let the single-deployment planner find distributed or
+        # partial layouts over the whole cluster.
+        found += shared.planner()
+    unique: dict[Layout, Claims] = {}
+    for layout, claims in found:
+        unique.setdefault(layout, claims)
+    return tuple(unique.items())
+
+
+def group_candidates(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    members: Sequence[Member],
+    limit: int = 0,
+) -> tuple[CandidateSet, ...]:
+    """``generate_candidates`` for each of identical deployments (same profile and rules), sharing
+    the work: the fitting GPUs, each worker's multi-GPU layout and the planner's layouts."""
+    shared = _Shared(cluster, deployment, profile, config)
+    return tuple(_member_candidates(shared, current, limit, offset) for current, offset in members)
+
+
 def generate_candidates(
     cluster: Cluster,
     deployment: Deployment,
@@ -149,45 +228,53 @@ def generate_candidates(
 
     ``limit`` caps the single-GPU candidates (spread evenly over the GPUs, from ``offset``).
     """
-    found = list(valid_candidates(cluster, deployment, profile, config, current))
-    singles = _single_gpu_candidates(cluster, deployment, profile, config, limit, offset)
-    found += singles
-    fits_one_worker = bool(singles)
-    if deployment.kind is not ModelKind.IMAGE:
-        for worker in _stratified(_multi_gpu_hosts(cluster, deployment, profile), limit, offset):
-            multi = valid_candidates(cluster, deployment, profile, config, worker_layouts(worker, profile, config))
-            found += multi[:1]
-            fits_one_worker = fits_one_worker or bool(multi)
-    if not fits_one_worker:
-        # Nothing fits fully on one worker: let the single-deployment planner find distributed or
-        # partial layouts over the whole cluster.
-        found += _planner_candidates(cluster, deployment, profile, config)
-    unique: dict[Layout, Claims] = {}
-    for layout, claims in found:
-        unique.setdefault(layout, claims)
-    return tuple(unique.items())
+    return group_candidates(cluster, deployment, profile, config, [(tuple(current), offset)], limit)[0]
+
+
+def _first_valid(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layouts: Iterable[Layout]
+) -> tuple[Layout, Claims] | None:
+    for layout in layouts:
+        reasons, claims = checked_claims(cluster, deployment, profile, layout, config)
+        if not reasons and claims is not None:
+            return layout, claims
+    return None
 
 
 def valid_candidates(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, layouts: Iterable[Layout]
 ) -> CandidateSet:
     """The distinct layouts that pass every check alone, with their claims."""
-    unified = unified_workers(cluster)
     seen: set[Layout] = set()
     valid: list[tuple[Layout, Claims]] = []
     for layout in layouts:
         if layout in seen:
             continue
         seen.add(layout)
-        if check_layout(cluster, deployment, profile, layout, config):
-            continue
-        valid.append((layout, compute_claims(profile, layout, unified)))
+        reasons, claims = checked_claims(cluster, deployment, profile, layout, config)
+        if not reasons and claims is not None:
+            valid.append((layout, claims))
     return tuple(valid)
 
 
-CandidateTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Layout, ...], int, int]
+GroupTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int]
 
 
-def candidates_task(args: CandidateTask) -> CandidateSet:
-    """One deployment's candidates from a picklable task (for the executors)."""
-    return generate_candidates(*args)
+def group_task(args: GroupTask) -> tuple[CandidateSet, ...]:
+    """A group of identical deployments' candidates from a picklable task (for the executors)."""
+    return group_candidates(*args)
+
+
+def identical_groups(deployments: Sequence[Deployment], profiles: Mapping[str, MemoryProfile]) -> list[list[int]]:
+    """Deployments whose layouts are the same (same profile and rules; names, replicas and
+    priorities aside), by position: candidates and pricing do not depend on what sets them apart."""
+    groups: dict[object, list[int]] = {}
+    for d, deployment in enumerate(deployments):
+        key = (
+            profiles[deployment.name],
+            deployment.model_copy(
+                update={"name": "-", "replicas": 1, "priority": 0, "profile": None, "gguf_path": "-"}
+            ),
+        )
+        groups.setdefault(key, []).append(d)
+    return list(groups.values())

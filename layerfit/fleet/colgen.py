@@ -37,7 +37,7 @@ from layerfit.domain.fleet import Executor, FleetConfig, TierBound
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
-from layerfit.fleet.candidates import CandidateSet
+from layerfit.fleet.candidates import CandidateSet, identical_groups
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.master import ResourceKey, capacity_bytes, claim_bytes
 from layerfit.fleet.pricing import Priced, Prices, PricingTask, claim_value, pricing_task
@@ -111,21 +111,6 @@ def solve_lp(
     )
 
 
-def pricing_groups(deployments: Sequence[Deployment], profiles: Mapping[str, MemoryProfile]) -> list[list[int]]:
-    """Deployments whose layouts are the same (same profile and rules; names, replicas and
-    priorities aside): pricing does not depend on a deployment's weight, so one solve serves all."""
-    groups: dict[object, list[int]] = {}
-    for d, deployment in enumerate(deployments):
-        key = (
-            profiles[deployment.name],
-            deployment.model_copy(
-                update={"name": "-", "replicas": 1, "priority": 0, "profile": None, "gguf_path": "-"}
-            ),
-        )
-        groups.setdefault(key, []).append(d)
-    return list(groups.values())
-
-
 @dataclass(frozen=True)
 class Bound:
     """A tier's bound from column generation."""
@@ -164,7 +149,7 @@ class ColumnGeneration:
         self.weights = weights
         self.config = config
         self.planner_config = planner_config
-        self.groups = pricing_groups(deployments, profiles)
+        self.groups = identical_groups(deployments, profiles)
         self.added = 0
 
     def candidate_sets(self) -> list[CandidateSet]:

@@ -23,7 +23,7 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
-from layerfit.fleet.candidates import CandidateSet, CandidateTask, candidates_task, valid_candidates
+from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
 from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier_bound, trivial_bounds
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.master import Master, priority_weights
@@ -65,24 +65,26 @@ def _pin_reasons(
     return pins, [*reasons, *conflicts]
 
 
-def _candidate_tasks(
+def _candidates(
     fleet: Fleet, profiles: Mapping[str, MemoryProfile], config: FleetConfig, planner_config: PlannerConfig
-) -> list[CandidateTask]:
+) -> list[CandidateSet]:
+    """Every deployment's candidates, one task per group of identical deployments."""
     current_layouts: dict[str, list[Layout]] = defaultdict(list)
     for placement in fleet.current:
         current_layouts[placement.deployment].append(placement.layout)
-    return [
-        (
-            fleet.cluster,
-            d,
-            profiles[d.name],
-            planner_config,
-            tuple(dict.fromkeys(current_layouts[d.name])),
-            config.max_single_gpu_candidates,
-            position,
+    groups = identical_groups(fleet.deployments, profiles)
+    tasks: list[GroupTask] = []
+    for group in groups:
+        first = fleet.deployments[group[0]]
+        members = tuple((tuple(dict.fromkeys(current_layouts[fleet.deployments[d].name])), d) for d in group)
+        tasks.append(
+            (fleet.cluster, first, profiles[first.name], planner_config, members, config.max_single_gpu_candidates)
         )
-        for position, d in enumerate(fleet.deployments)
-    ]
+    found: list[CandidateSet] = [()] * len(fleet.deployments)
+    for group, sets in zip(groups, run_tasks(group_task, tasks, config), strict=True):
+        for d, options in zip(group, sets, strict=True):
+            found[d] = options
+    return found
 
 
 def _with_sequential_seed(
@@ -138,7 +140,7 @@ def plan_fleet(
     started = time.perf_counter()
     screened = screen(fleet)
     fleet, profiles = screened.fleet, screened.profiles
-    candidates = run_tasks(candidates_task, _candidate_tasks(fleet, profiles, config, planner_config), config)
+    candidates = _candidates(fleet, profiles, config, planner_config)
     candidates, seed = _with_sequential_seed(fleet, profiles, candidates, config, planner_config)
     generation_s = time.perf_counter() - started
     if config.column_generation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from layerfit.check import unified_workers
-from layerfit.domain.cluster import Cluster
+from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import Fleet, PlacedReplica, ReplicaChange, UnplacedReplica
@@ -20,28 +20,31 @@ def resolve_profiles(deployments: Sequence[Deployment]) -> list[MemoryProfile]:
     return [resolve_profile(deployment) for deployment in deployments]
 
 
+def _worker_less(worker: Worker, claims: Claims) -> Worker:
+    """One worker with ``claims`` taken out of its GPUs' VRAM and its RAM (or pool)."""
+    gpus = tuple(
+        gpu.model_copy(
+            update={
+                "allocatable_vram_bytes": max(0, gpu.allocatable_vram_bytes - claims.vram_bytes(worker.name, gpu.index))
+            }
+        )
+        if claims.vram_bytes(worker.name, gpu.index)
+        else gpu
+        for gpu in worker.gpus
+    )
+    claim = claims.worker(worker.name)
+    used = 0 if claim is None else (claim.pool_bytes if worker.unified_memory else claim.ram_bytes)
+    return worker.model_copy(
+        update={"gpus": gpus, "allocatable_ram_bytes": max(0, worker.allocatable_ram_bytes - used)}
+    )
+
+
 def subtract(cluster: Cluster, claims: Claims) -> Cluster:
-    """The cluster with ``claims`` taken out of its allocatable memory (for one-at-a-time placement)."""
-    workers = []
-    for worker in cluster.workers:
-        gpus = tuple(
-            gpu.model_copy(
-                update={
-                    "allocatable_vram_bytes": max(
-                        0, gpu.allocatable_vram_bytes - claims.vram_bytes(worker.name, gpu.index)
-                    )
-                }
-            )
-            for gpu in worker.gpus
-        )
-        claim = claims.worker(worker.name)
-        used = 0 if claim is None else (claim.pool_bytes if worker.unified_memory else claim.ram_bytes)
-        workers.append(
-            worker.model_copy(
-                update={"gpus": gpus, "allocatable_ram_bytes": max(0, worker.allocatable_ram_bytes - used)}
-            )
-        )
-    return cluster.model_copy(update={"workers": tuple(workers)})
+    """The cluster with ``claims`` taken out of its allocatable memory (for one-at-a-time placement).
+    Only the workers the claims touch are copied: on a large cluster that is a few of many."""
+    touched = {claim.worker for claim in claims.workers} | {device.worker for device in claims.devices}
+    workers = tuple(_worker_less(worker, claims) if worker.name in touched else worker for worker in cluster.workers)
+    return cluster.model_copy(update={"workers": workers})
 
 
 def plan_sequential(
