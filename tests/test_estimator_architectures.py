@@ -43,7 +43,27 @@ _SWA_PIPELINE = (
     "blocks and so no full-context mask, while the per-role compute rule charges every device the "
     "4 pipeline copies of both masks (+32 MiB at 8192 cells; overestimate)"
 )
+_HYBRID_PIPELINE = (
+    "recurrent/attention hybrid over two devices: the multi-device rule charges every device one "
+    "recurrent layer's scan R and 4 copies of the masks (fitted to mamba2 and granitehybrid); "
+    "jamba, falcon-h1 and nemotron_h need neither on some devices, e.g. a device without attention "
+    "layers holds no mask (+26 to +64 MiB; overestimate)"
+)
+_SWA_ENCODER_PIPELINE = (
+    "modern-bert over two devices: the second device holds no extra copies of the sliding-window "
+    "mask, which the per-role rule charges it (+24 MiB; overestimate)"
+)
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
+    **{
+        (run, device, "compute"): _HYBRID_PIPELINE
+        for run in (
+            "rpc2_jamba-q8_0_ngl99_c8192",
+            "rpc2_falcon-h1-f16_ngl99_c8192",
+            "rpc2_nemotron_h-q8_0_ngl99_c8192",
+        )
+        for device in ("RPC0", "RPC1")
+    },
+    ("rpc2_modern-bert-f16_ngl99_c2048", "RPC1", "compute"): _SWA_ENCODER_PIPELINE,
     ("rpc1half_granitehybrid-q8_0_ngl4_c8192", "RPC0", "compute"): _RECURRENT,
     **{
         (run, "RPC0", "compute"): _SWA_PIPELINE

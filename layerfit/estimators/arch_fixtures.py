@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gguf import Keys
 
+from layerfit.estimators.arch_fixtures_recurrent import RECURRENT_MODELS, RECURRENT_TABLES
 from layerfit.estimators.synthetic import F32, DataMode, ModelSpec, Q, TensorSpec, tensor_table, write_gguf
 
 TOKENIZER = "test"
@@ -164,7 +165,7 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             metadata={**_NORM_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2},
         ),
     )
-}
+} | RECURRENT_MODELS
 """One small model per modelled architecture, keyed by file name (architecture and weight type; the
 phi3 model is not named "phi3", a name llama.cpp's vocabulary loader keys special tokens on)."""
 
@@ -260,6 +261,8 @@ _EDITS: dict[str, Callable[[ModelSpec, Table], Table]] = {
 
 def arch_tensor_table(spec: ModelSpec) -> Table:
     """The tensors llama.cpp's loader expects for the spec's architecture, in file order."""
+    if spec.architecture in RECURRENT_TABLES:
+        return RECURRENT_TABLES[spec.architecture](spec)
     tensors = tensor_table(spec)
     edit = _EDITS.get(spec.architecture)
     return edit(spec, tensors) if edit is not None else tensors

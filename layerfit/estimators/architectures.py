@@ -15,6 +15,7 @@ SWA_PERIOD: dict[str, int] = {
     "gpt-oss": 2,
     "exaone4": 4,
     "llama4": 4,
+    "modern-bert": 3,
 }
 """Sliding-window period: with period ``p`` layer ``il`` uses the window when ``il % p < p - 1``
 (period 0: every layer, period 1: none).
@@ -22,6 +23,10 @@ SWA_PERIOD: dict[str, int] = {
 Used when the file has a sliding window but no ``sliding_window_pattern`` key. Architectures not
 listed ignore the window (llama.cpp disables it for phi3 and never applies it to llama or qwen2).
 """
+
+SWA_DENSE_FIRST = frozenset({"modern-bert"})
+"""Architectures whose period starts with the full-attention layer: layer ``il`` uses the window
+when ``il % p != 0`` (llama.cpp's ``set_swa_pattern(p, dense_first=true)``)."""
 
 SWA_DEFAULT_WINDOW: dict[str, int] = {"gemma2": 4096, "llama4": 8192}
 """Window llama.cpp assumes when the file does not say."""
@@ -72,12 +77,16 @@ RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv
 HYBRID = frozenset({"jamba", "granitehybrid", "nemotron_h"})
 """Layers with ``head_count_kv == 0`` are recurrent, the others attend with a KV cache."""
 
+FFN_ONLY_LAYERS = frozenset({"nemotron_h"})
+"""Hybrids with a third kind of layer: ``head_count_kv == 0`` and a non-zero
+``feed_forward_length`` is a feed-forward-only layer (no KV cache, no recurrent state)."""
+
 PARALLEL_HYBRID = frozenset({"falcon-h1"})
 """Every layer has both an attention KV cache and a recurrent state."""
 
 RWKV = frozenset({"rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
 
-FUSED_GATE_UP = frozenset({"phi3"})
+FUSED_GATE_UP = frozenset({"phi3", "modern-bert", "neo-bert"})
 """Feed-forward gate and up projections stacked in one ``ffn_up`` tensor of twice the width."""
 
 MLA = frozenset({"deepseek2"})
@@ -97,4 +106,6 @@ def swa_layers(
         return (False,) * n_layers
     if period == 0:
         return (True,) * n_layers
+    if architecture in SWA_DENSE_FIRST:
+        return tuple(layer % period != 0 for layer in range(n_layers))
     return tuple(layer % period < period - 1 for layer in range(n_layers))

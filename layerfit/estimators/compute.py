@@ -95,6 +95,9 @@ class Encoder:
     """``F``: gate, up and product (gated), or the up projection alone (GELU feed-forward)."""
     rope: bool
     positions: bool
+    expert_extra: int = 0
+    """Routed experts' ``F`` beyond the dense one: charged again on the first device of a split
+    (fitted to one nomic-bert-moe run, where it bounds llama.cpp's buffer within 8 MiB from above)."""
 
 
 @dataclass(frozen=True)
@@ -137,9 +140,15 @@ def activations(
 
 
 def _encoder(shape: ModelShape, ub: int) -> Encoder:
+    """``F`` of the widest feed-forward; routed experts (ungated, as nomic-bert-moe's) hold their
+    up projections' output and the down projections' output at once: ``used * (n_ff_exp + n_embd)``."""
     width = max(shape.ffn_width, default=0)
+    dense = (3 if shape.gated_ffn else 1) * width
+    expert_width = shape.expert_feed_forward_length + shape.embedding_length
+    experts = shape.expert_used_count * expert_width if shape.is_moe else 0
     return Encoder(
-        ffn=(3 if shape.gated_ffn else 1) * width * ub * F32,
+        ffn=max(dense, experts) * ub * F32,
+        expert_extra=max(experts - dense, 0) * ub * F32,
         rope=not shape.position_embeddings,
         positions=shape.position_embeddings,
     )
@@ -161,8 +170,8 @@ def _recurrent_scan(shape: ModelShape, ub: int, n_seq: int) -> int:
 def _mask_cells(shape: ModelShape, cache: CacheGeometry, ub: int) -> tuple[int, ...]:
     """KV cells one attention mask spans, per kind of attention layer present."""
     attends = [heads > 0 for heads in shape.head_count_kv]
-    if not shape.causal:
-        return (ub,) if any(attends) else ()
+    if not shape.causal:  # a symmetric sliding window adds a second ub x ub mask
+        return (ub,) * (any(attends) + any(shape.swa_layers)) if any(attends) else ()
     kinds: list[int] = []
     if any(a and not swa for a, swa in zip(attends, shape.swa_layers, strict=True)):
         kinds.append(cache.cells_per_stream)
@@ -229,7 +238,7 @@ def encoder_buffers(act: Activations, encoder: Encoder) -> ComputeEstimate:
             multi_device_bytes=f + 8 * e + 3 * m,
         ),
         output=0,
-        first_device=max(f - e, 0),
+        first_device=max(f - e, 0) + encoder.expert_extra,
         host=ComputeBuffer(
             full_offload_bytes=m + 17 * q + positions,
             partial_offload_bytes=m + f + 21 * q,

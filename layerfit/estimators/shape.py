@@ -387,7 +387,8 @@ def _recurrent_layers(meta: _Meta, arch: str, n: int) -> tuple[bool, ...]:
         return tuple((layer + 1) % interval != 0 for layer in range(n))
     if arch in arch_rules.HYBRID:
         heads_kv = meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n, 0)
-        return tuple(h == 0 for h in heads_kv)
+        ffn = meta.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n, 0) if arch in arch_rules.FFN_ONLY_LAYERS else (0,) * n
+        return tuple(h == 0 and f == 0 for h, f in zip(heads_kv, ffn, strict=True))
     return (False,) * n
 
 
