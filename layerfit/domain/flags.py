@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from functools import cache
 from typing import NamedTuple
 
 from layerfit.domain.flag_table import LLAMA_CPP_VERSION, ROWS, Effect
 from layerfit.errors import InputError
 
-__all__ = ["LEGACY_FLAGS", "LLAMA_CPP_VERSION", "Effect", "Flag", "all_flags", "closest_flag", "lookup", "refusal"]
+__all__ = [
+    "LEGACY_FLAGS",
+    "LLAMA_CPP_VERSION",
+    "Effect",
+    "Flag",
+    "all_flags",
+    "closest_flag",
+    "kind_contradiction",
+    "lookup",
+    "refusal",
+]
 
 LEGACY_FLAGS: dict[str, tuple[str, str]] = {
     "--no-mmap": ("--load-mode", "none"),
@@ -78,4 +89,40 @@ def refusal(name: str, flag: Flag) -> InputError | None:
         return InputError(name, f"cannot be set by the user: {flag.note}")
     if flag.effect is Effect.NOT_MODELLED:
         return InputError(name, f"changes memory in a way layerfit does not model ({flag.note}); remove it")
+    return None
+
+
+_KINDS_OF_MODE: dict[tuple[str, str | None], tuple[str, ...]] = {
+    ("--embedding", None): ("embedding", "reranker"),
+    ("--rerank", None): ("reranker",),
+    ("--pooling", "none"): ("llm", "embedding"),
+    ("--pooling", "mean"): ("embedding",),
+    ("--pooling", "cls"): ("embedding",),
+    ("--pooling", "last"): ("embedding",),
+    ("--pooling", "rank"): ("reranker",),
+}
+"""The deployment kinds each embedding or reranking switch agrees with (llama.cpp: ``--embedding``
+serves embeddings only, ``--rerank`` is ``--embedding`` with rank pooling, a reranker needs rank
+pooling, and pooling other than ``none`` turns a generation server into an embedding one)."""
+
+
+def kind_contradiction(kind: str, args: Sequence[str]) -> InputError | None:
+    """The first embedding or reranking switch in ``args`` (``LlamaParams.extra``) that contradicts
+    the deployment's ``kind``, as an error naming the flag; ``None`` when they agree."""
+    for i, token in enumerate(args):
+        flag = lookup(token)
+        if flag is None or flag.effect is not Effect.BY_KIND:
+            continue
+        value = args[i + 1] if flag.arity and i + 1 < len(args) else None
+        kinds = _KINDS_OF_MODE.get((flag.name, value))
+        if kinds is None:
+            return InputError(token, f"{value!r} is not a pooling of llama-server: none, mean, cls, last or rank")
+        if kind not in kinds:
+            shown = f"{token} {value}" if value is not None else token
+            wanted = " or ".join(kinds)
+            return InputError(
+                token,
+                f"{shown} makes llama-server a server for kind {wanted}, but the deployment's kind is {kind}: "
+                f"set kind {wanted} (--kind, or GPUStack's model category) or remove the flag",
+            )
     return None

@@ -108,6 +108,11 @@ def resolve_settings(
     if shape.context_length and ctx > shape.context_length:
         warnings.append(f"ctx {ctx} exceeds the trained context {shape.context_length}")
     embedding = kind in (ModelKind.EMBEDDING, ModelKind.RERANKER) or not shape.causal
+    if not shape.causal and kind is ModelKind.LLM:
+        warnings.append(
+            f"{shape.architecture} is not causal (an encoder: it serves embeddings, it cannot generate) but the "
+            "deployment's kind is llm: estimated as an embedding run; set kind embedding or reranker"
+        )
     n_batch = params.batch_size or (ctx if embedding else DEFAULT_BATCH)
     n_ubatch = min(params.ubatch_size or (n_batch if embedding else DEFAULT_UBATCH), n_batch)
     flash_attn = params.flash_attn != "off"
