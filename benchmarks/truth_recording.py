@@ -4,7 +4,8 @@ For every model of ``ARCH_MODELS`` this writes the sparse file, runs ``llama-com
 (``llama-embedding`` for encoders) under a set of configurations and keeps llama.cpp's own figures:
 CPU only, one ``ggml-rpc-server`` device at full and half offload, two devices with ``-ts 1,1``,
 two context sizes, and, where the model has sliding-window layers or recurrent state, a q8_0 KV
-cache and ``-np 2``. The rpc-servers run the CPU backend on 127.0.0.1; this module starts them,
+cache and ``-np 2``; attention/recurrent hybrids also at every split between the host and one
+device, at both contexts. The rpc-servers run the CPU backend on 127.0.0.1; this module starts them,
 keeps their PIDs and stops them. Rows are written in the CSV format of
 ``tests/gguf_fixtures/ground_truth`` (one row per device of llama.cpp's exit memory breakdown,
 every ``... buffer size`` line in ``buffers``).
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.estimators.arch_fixtures_recurrent import hybrid_splits
 from layerfit.estimators.llamacpp_log import parse_breakdown
 from layerfit.estimators.synthetic import ModelSpec
 
@@ -92,6 +94,7 @@ def configs(spec: ModelSpec) -> list[Config]:
         chosen.append(Config("rpc1kvq8", large, full, 1, ("-ctk", "q8_0", "-ctv", "q8_0")))
         chosen.append(Config("rpc1np2", large, full, 1, ("-np", "2")))
         chosen.append(Config("cpunp2", large, 0, 0, ("-np", "2")))
+    chosen += [Config("rpc1split", ctx, ngl, 1) for ngl in hybrid_splits(spec) for ctx in (small, large)]
     return chosen
 
 

@@ -62,14 +62,20 @@ def device_compute_bytes(
     holds_output: bool,
     multi_device: bool | None = None,
     first_device: bool | None = None,
+    host_blocks: int | None = None,
 ) -> int:
     """Compute buffer of one device: its role's, the logits if it holds the output layer, and the
     input copies of the first device when a full offload spans several devices.
 
-    ``multi_device`` (more than one device) and ``first_device`` (first in device order) left at
-    ``None`` mean the caller does not model them: the largest value they allow is returned.
+    ``multi_device`` (more than one device), ``first_device`` (first in device order) and
+    ``host_blocks`` (blocks kept on the host: some splits turn flash attention off, see
+    ``FlashAttnFallback``) left at ``None`` mean the caller does not model them: the largest value
+    they allow is returned.
     """
     compute = profile.role_costs(role, unified_worker).compute.bytes_for(partial, multi_device)
+    fallback = profile.flash_attn_fallback
+    if partial and fallback is not None:
+        compute += fallback.device_bytes(host_blocks, holds_output)
     if holds_output:
         compute += profile.output_compute_bytes
     may_be_first = first_device if first_device is not None else role is not DeviceRole.MAIN
@@ -87,10 +93,12 @@ def device_overhead_bytes(
     holds_output: bool,
     multi_device: bool | None = None,
     first_device: bool | None = None,
+    host_blocks: int | None = None,
 ) -> int:
     """Everything a device costs besides its blocks: fixed + compute + output layer + main extras.
 
-    ``multi_device``/``first_device`` as in ``device_compute_bytes`` (``None``: the upper bound).
+    ``multi_device``/``first_device``/``host_blocks`` as in ``device_compute_bytes`` (``None``: the
+    upper bound).
     """
     costs = profile.role_costs(role, unified_worker)
     overhead = costs.fixed_bytes + device_compute_bytes(
@@ -101,6 +109,7 @@ def device_overhead_bytes(
         holds_output=holds_output,
         multi_device=multi_device,
         first_device=first_device,
+        host_blocks=host_blocks,
     )
     if holds_output:
         overhead += profile.output_weight_bytes
@@ -137,16 +146,21 @@ def main_host_overhead(
     output_offloaded: bool,
     has_main_gpu: bool,
     multi_device: bool | None = None,
+    host_blocks: int | None = None,
 ) -> MainHostOverhead:
     """Fixed cost (with the main-GPU extras when there is no main GPU), token embedding, the output
-    layer kept on the host, and the host compute buffer (the logits too when the output stays)."""
+    layer kept on the host, and the host compute buffer (the logits too when the output stays).
+    ``host_blocks`` as in ``device_compute_bytes``."""
     kept_output = not output_offloaded
+    fallback = profile.flash_attn_fallback
+    fallback_bytes = fallback.host_extra_bytes if partial and fallback and fallback.applies(host_blocks) else 0
     return MainHostOverhead(
         fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
         embedding_bytes=profile.token_embedding_bytes,
         output_bytes=profile.host_output_bytes if kept_output else 0,
         compute_bytes=profile.host_compute.bytes_for(partial, multi_device)
-        + (profile.host_output_compute_bytes if kept_output else 0),
+        + (profile.host_output_compute_bytes if kept_output else 0)
+        + fallback_bytes,
     )
 
 
@@ -157,10 +171,12 @@ def main_host_overhead_bytes(
     output_offloaded: bool,
     has_main_gpu: bool,
     multi_device: bool | None = None,
+    host_blocks: int | None = None,
 ) -> int:
     """Main-worker RAM besides kept blocks: fixed, embedding, kept output layer, compute, extras.
 
-    ``multi_device=None`` (device count not modelled) takes the larger host compute buffer.
+    ``multi_device=None`` (device count not modelled) takes the larger host compute buffer;
+    ``host_blocks`` as in ``device_compute_bytes``.
     """
     return sum(
         main_host_overhead(
@@ -169,6 +185,7 @@ def main_host_overhead_bytes(
             output_offloaded=output_offloaded,
             has_main_gpu=has_main_gpu,
             multi_device=multi_device,
+            host_blocks=host_blocks,
         )
     )
 
@@ -234,6 +251,7 @@ def claims(
                     holds_output=holds_output,
                     multi_device=multi_device,
                     first_device=position == 0,
+                    host_blocks=layout.cpu_blocks,
                 ),
                 fixed_bytes=costs.fixed_bytes,
                 extra_bytes=profile.extra_main_gpu_bytes if role is DeviceRole.MAIN else 0,
@@ -280,6 +298,7 @@ def _worker_claims(
         output_offloaded=layout.output_offloaded,
         has_main_gpu=has_main_gpu,
         multi_device=len(layout.devices) > 1,
+        host_blocks=kept,
     )
     main = WorkerClaim(
         worker=layout.main_worker,

@@ -26,18 +26,13 @@ from fixtures_gguf import (
 )
 
 from layerfit.estimators.arch_fixtures import ARCH_MODELS
+from layerfit.estimators.arch_fixtures_recurrent import hybrid_splits
 from layerfit.estimators.architectures import KNOWN_ARCHITECTURES
 
 RUNS = load_runs(GROUND_TRUTH_DIR, ARCH_CSVS)
 TOLERANCE = {"weights": (0.01, 1.0), "kv": (0.01, 1.0), "compute": (0.10, 16.0)}
 """Per quantity: (relative, MiB), whichever is larger."""
 
-_RECURRENT = (
-    "hybrid split at a recurrent layer: with granitehybrid's blocks 0-2 (Mamba-2, Mamba-2, attention) "
-    "on the host and 3-5 plus the output on one rpc device, that device's buffer grows with the "
-    "context (+0 MiB at 2048, +17.5 at 4096, +93.5 at 8192 over the 64.5 MiB rule; other splits of "
-    "the same model match); cause not identified (UNDERestimate)"
-)
 _SWA_PIPELINE = (
     "sliding-window model split over two devices: the first device holds only sliding-window "
     "blocks and so no full-context mask, while the per-role compute rule charges every device the "
@@ -64,7 +59,6 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {
         for device in ("RPC0", "RPC1")
     },
     ("rpc2_modern-bert-f16_ngl99_c2048", "RPC1", "compute"): _SWA_ENCODER_PIPELINE,
-    ("rpc1half_granitehybrid-q8_0_ngl4_c8192", "RPC0", "compute"): _RECURRENT,
     **{
         (run, "RPC0", "compute"): _SWA_PIPELINE
         for run in (
@@ -112,6 +106,8 @@ def test_every_modelled_architecture_has_a_model_and_recorded_runs() -> None:
         spec = ARCH_MODELS[name]
         if spec.sliding_window or spec.ssm_inner_size:
             assert {"rpc1kvq8", "rpc1np2"} <= labels, name
+        splits = {run.ngl for run in RUNS if run.model == name and run.id.startswith("rpc1split_")}
+        assert splits == set(hybrid_splits(spec)), name  # hybrids: every host/device split
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[run.id for run in RUNS])

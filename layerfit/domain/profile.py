@@ -65,6 +65,39 @@ class RoleCosts(Frozen):
     compute: ComputeBuffer = ComputeBuffer()
 
 
+class FlashAttnFallback(Frozen):
+    """Flash attention ``auto`` that llama.cpp turns off for one layer split.
+
+    With the host's last block an attention block and the first offloaded block a recurrent one,
+    llama.cpp's scheduler puts the host block's flash-attention op on the device (it sits between
+    the device's recurrent-state nodes in graph order), finds the op off its layer's device and
+    disables flash attention for the whole context: attention scores and F32 masks everywhere.
+    """
+
+    host_blocks: tuple[NonNegInt, ...]
+    """Blocks kept on the host (``Layout.cpu_blocks``) that turn flash attention off."""
+    device_extra_bytes: Bytes = 0
+    """Added to the partial-offload compute buffer of a device without the output layer then
+    (attention scores, F32 masks)."""
+    output_device_extra_bytes: Bytes = 0
+    """The same for the device holding the output layer."""
+    host_extra_bytes: Bytes = 0
+    """Added to the host compute buffer then (its masks in F32; the scores run on the device)."""
+
+    def applies(self, host_blocks: int | None) -> bool:
+        """Whether a split with ``host_blocks`` on the host is one; ``None`` (split not modelled): yes."""
+        return host_blocks is None or host_blocks in self.host_blocks
+
+    def device_bytes(self, host_blocks: int | None, holds_output: bool) -> int:
+        """A device's add-on; with the split not modelled, the larger one whatever the device holds
+        (a constant add-on, as the solver's encoding needs)."""
+        if host_blocks is None:
+            return max(self.device_extra_bytes, self.output_device_extra_bytes)
+        if host_blocks not in self.host_blocks:
+            return 0
+        return self.output_device_extra_bytes if holds_output else self.device_extra_bytes
+
+
 class MemoryProfile(Frozen):
     """Per-block and per-role memory of one model under one set of runtime options."""
 
@@ -115,6 +148,8 @@ class MemoryProfile(Frozen):
     copy of the output layer's weights, the logits, hidden states). 0: not modelled."""
     op_offload_host_compute_bytes: Bytes = 0
     """The host compute buffer in that case (the GPU took the large operations)."""
+    flash_attn_fallback: FlashAttnFallback | None = None
+    """Layer splits for which llama.cpp turns flash attention ``auto`` off (recurrent hybrids)."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
 

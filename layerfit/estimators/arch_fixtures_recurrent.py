@@ -288,6 +288,15 @@ def _fused_encoder_table(spec: ModelSpec) -> Table:
     return table
 
 
+def hybrid_splits(spec: ModelSpec) -> list[int]:
+    """Attention/recurrent hybrids: the ``-ngl`` of every split between the host and one device
+    (llama.cpp's flash attention ``auto`` depends on the kinds of block either side of a split)."""
+    attention = spec.attention_layers
+    if attention is None or not spec.ssm_inner_size or len(attention) == spec.block_count:
+        return []
+    return [spec.block_count - kept + 1 for kept in range(1, spec.block_count)]
+
+
 RECURRENT_TABLES: dict[str, Callable[[ModelSpec], Table]] = {
     "mamba": _mamba_table,
     "jamba": _jamba_table,

@@ -180,6 +180,22 @@ def _mask_cells(shape: ModelShape, cache: CacheGeometry, ub: int) -> tuple[int, 
     return tuple(kinds)
 
 
+def flash_attn_off_splits(shape: ModelShape) -> tuple[int, ...]:
+    """Blocks kept on the host for which llama.cpp turns flash attention ``auto`` off.
+
+    Measured on granitehybrid (``-ngl 4`` of 6 blocks): when the host's last block attends and the
+    first offloaded block is recurrent, the scheduler assigns the host block's flash-attention op
+    to the device, whose recurrent-state nodes follow it in graph order; llama.cpp sees the op off
+    its layer's device and disables flash attention for the context.
+    """
+    heads_kv, recurrent = shape.head_count_kv, shape.recurrent_layers
+    return tuple(
+        kept
+        for kept in range(1, shape.block_count)
+        if heads_kv[kept - 1] and not recurrent[kept - 1] and recurrent[kept] and not heads_kv[kept]
+    )
+
+
 def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
     """Compute buffers of every device position and of the host, for the memory model."""
     if act.encoder is not None and backend == "cpu":

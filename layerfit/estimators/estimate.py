@@ -17,10 +17,17 @@ from layerfit.domain.base import Bytes, Frozen, MiB, PosInt
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.params import LlamaParams
-from layerfit.domain.profile import MemoryProfile, RoleCosts
+from layerfit.domain.profile import FlashAttnFallback, MemoryProfile, RoleCosts
 from layerfit.errors import EstimationError
 from layerfit.estimators import kv, overrides
-from layerfit.estimators.compute import Backend, activations, compute_buffers
+from layerfit.estimators.compute import (
+    Activations,
+    Backend,
+    ComputeEstimate,
+    activations,
+    compute_buffers,
+    flash_attn_off_splits,
+)
 from layerfit.estimators.gguf_reader import MetaValue, read_header
 from layerfit.estimators.shape import ModelShape, read_gguf
 
@@ -166,6 +173,7 @@ def estimate_profile(
         first = exc.errors()[0]
         where = "compute." + ".".join(str(part) for part in first["loc"])
         raise EstimationError(shape.path, where, str(first["msg"])) from None
+    fallback = _flash_attn_fallback(shape, params, settings, cache, runtime.backend, (act, compute))
     cublas = shape.float_matrix_weights or not settings.flash_attn
     role = RoleCosts(fixed_bytes=runtime.gpu_fixed_for(cublas=cublas), compute=compute.device)
     projector_bytes, projector_warnings = _projector(params, settings.flash_attn)
@@ -192,12 +200,37 @@ def estimate_profile(
             host_output_compute_bytes=compute.host_output,
             op_offload_compute_bytes=compute.op_offload + shape.output_layer_bytes if compute.op_offload else 0,
             op_offload_host_compute_bytes=compute.op_offload_host,
+            flash_attn_fallback=fallback,
             warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
         )
     except ValidationError as exc:  # sizes no real model has (a hostile or broken header)
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise EstimationError(shape.path, where, str(first["msg"])) from None
+
+
+def _flash_attn_fallback(
+    shape: ModelShape,
+    params: LlamaParams,
+    settings: Settings,
+    cache: kv.CacheGeometry,
+    backend: Backend,
+    flash: tuple[Activations, ComputeEstimate],
+) -> FlashAttnFallback | None:
+    """What the splits that turn flash attention ``auto`` off add (``FlashAttnFallback``)."""
+    splits = flash_attn_off_splits(shape)
+    if params.flash_attn != "auto" or not splits:
+        return None
+    on_act, on = flash
+    off_act = activations(shape, cache, n_ubatch=settings.n_ubatch, flash_attn=False, logits=not settings.embedding)
+    off = compute_buffers(off_act, backend)
+    device = off.device.partial_offload_bytes - on.device.partial_offload_bytes
+    return FlashAttnFallback(
+        host_blocks=splits,
+        device_extra_bytes=max(device, 0),
+        output_device_extra_bytes=max(device + off.output - on.output, 0),
+        host_extra_bytes=max(off_act.mask - on_act.mask, 0),
+    )
 
 
 def _host_parts(

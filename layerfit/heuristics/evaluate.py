@@ -72,7 +72,7 @@ class Evaluator:
         self._needs: dict[tuple[object, ...], Need] = {}
         self._layer_bytes: dict[int, int] = {}
         self._overheads: dict[tuple[tuple[DeviceRole, ...], bool, bool], int] = {}
-        self._exact_overheads: dict[tuple[DeviceRole, bool, bool, bool, bool, bool], int] = {}
+        self._exact_overheads: dict[tuple[DeviceRole, bool, bool, bool, bool, bool, bool], int] = {}
         self._prefix = block_prefix_bytes(profile)
 
     @property
@@ -135,6 +135,7 @@ class Evaluator:
                 holds_output=shape.output_offloaded and position == last,
                 several=several,
                 first_device=position == 0,
+                host_blocks=shape.cpu_blocks,
             )
             if prefix[end] - prefix[first] + overhead > gpu.vram_bytes:
                 return True
@@ -142,9 +143,19 @@ class Evaluator:
         return False
 
     def _overhead(
-        self, role: DeviceRole, *, partial: bool, unified: bool, holds_output: bool, several: bool, first_device: bool
+        self,
+        role: DeviceRole,
+        *,
+        partial: bool,
+        unified: bool,
+        holds_output: bool,
+        several: bool,
+        first_device: bool,
+        host_blocks: int,
     ) -> int:
-        key = (role, partial, unified, holds_output, several, first_device)
+        fallback = self.profile.flash_attn_fallback
+        splits_fa_off = fallback is not None and partial and host_blocks in fallback.host_blocks
+        key = (role, partial, unified, holds_output, several, first_device, splits_fa_off)
         cached = self._exact_overheads.get(key)
         if cached is None:
             cached = device_overhead_bytes(
@@ -155,6 +166,7 @@ class Evaluator:
                 holds_output=holds_output,
                 multi_device=several,
                 first_device=first_device,
+                host_blocks=host_blocks,
             )
             self._exact_overheads[key] = cached
         return cached
@@ -173,6 +185,7 @@ class Evaluator:
                     holds_output=holds_output,
                     multi_device=multi,
                     first_device=first,
+                    host_blocks=0,  # no block on the host never turns flash attention off
                 )
                 for role in roles
                 for partial, multi, first in product((False, True), repeat=3)
