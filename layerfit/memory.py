@@ -28,8 +28,6 @@ from collections.abc import Collection, Sequence
 from itertools import accumulate
 from typing import NamedTuple
 
-import numpy as np
-
 from layerfit.domain.config import OffloadOrder
 from layerfit.domain.layout import Claims, DeviceAssignment, DeviceClaim, Layout, WorkerClaim
 from layerfit.domain.profile import DeviceRole, MemoryProfile
@@ -383,6 +381,8 @@ def layer_devices(
         raise InputError("n_gpu_layers", f"must be >= 0, got {n_gpu_layers}")
     if not tensor_split or any(share < 0 for share in tensor_split) or sum(tensor_split) <= 0:
         raise InputError("tensor_split", f"needs non-negative shares with a positive sum, got {list(tensor_split)}")
+    import numpy as np  # here, not at the top: ``layerfit estimate`` never needs it
+
     cumulative = np.cumsum(np.asarray(tensor_split, dtype=np.float32), dtype=np.float32)
     splits = cumulative / cumulative[-1]
     if order is OffloadOrder.OUTPUT_FIRST:

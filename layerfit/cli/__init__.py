@@ -78,6 +78,9 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The CLI uses no pydantic plugin; without this, pydantic scans every installed package's entry
+    # points when it builds its first model. A user who sets the variable keeps their own value.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     parser = build_parser()
     try:
         args, rest = parser.parse_known_args(argv)

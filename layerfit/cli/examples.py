@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib.resources import files
 from pathlib import Path
 
 from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT
@@ -12,6 +11,8 @@ from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT
 
 def example_files() -> dict[str, bytes]:
     """The bundled examples by file name: a cluster, deployments, a layout and a fleet."""
+    from importlib.resources import files  # here: importlib.resources is slow to import
+
     folder = files("layerfit") / "examples"
     return {entry.name: entry.read_bytes() for entry in folder.iterdir() if entry.name.endswith(".yaml")}
 

@@ -9,6 +9,10 @@ from layerfit.domain.choices import LlamaCppBuild, ModelKind, OffloadOrder, Poli
 
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
+    from layerfit.domain.cluster import Cluster
+    from layerfit.io import load_file
+
+    cluster = load_file(Cluster, args.cluster)  # first: a bad cluster file answers before the rest loads
     from layerfit.cli.inputs import (
         check_plot_target,
         check_selection,
@@ -19,12 +23,9 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
         write_plot,
     )
     from layerfit.cli.render import render_plan
-    from layerfit.domain.cluster import Cluster
     from layerfit.domain.layout import Layout
-    from layerfit.io import load_file
 
     check_plot_target(args.plot)
-    cluster = load_file(Cluster, args.cluster)
     deployment = deployment_from_args(args, rest)
     check_selection(cluster, deployment, args.deployment or "--gpus")
     config = planner_config(args)

@@ -58,7 +58,7 @@ MiB = 1024**2
 class Frozen(BaseModel):
     """Immutable, strict-about-unknown-fields base model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, defer_build=True)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy without the source's cached lookups, which ``update`` may have made stale."""

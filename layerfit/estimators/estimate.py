@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from gguf import GGMLQuantizationType, Keys
 from pydantic import ValidationError
 
 from layerfit.domain.base import Bytes, Frozen, MiB, PosInt
@@ -28,6 +27,7 @@ from layerfit.estimators.compute import (
     compute_buffers,
     flash_attn_off_splits,
 )
+from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
 from layerfit.estimators.gguf_reader import MetaValue, read_header
 from layerfit.estimators.shape import ModelShape, read_gguf
 

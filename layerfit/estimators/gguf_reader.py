@@ -23,9 +23,15 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import BinaryIO, NamedTuple
 
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, Keys
-
 from layerfit.errors import EstimationError
+from layerfit.estimators.gguf_constants import (
+    GGML_QUANT_SIZES,
+    GGUF_DEFAULT_ALIGNMENT,
+    GGUF_MAGIC,
+    GGMLQuantizationType,
+    GGUFValueType,
+    Keys,
+)
 from layerfit.estimators.sanity import check_metadata
 
 SUPPORTED_VERSIONS = (2, 3)
@@ -240,13 +246,17 @@ def _walk_strings(buf: bytes, pos: int, count: int, limit: int) -> tuple[int, in
     """Walk up to ``count`` length-prefixed strings from ``pos`` that end by ``limit``: the offset
     reached and how many were walked."""
     unpack = _U64.unpack_from
-    for walked in range(count):
-        if pos + 8 > limit:
-            return pos, walked
-        after = pos + 8 + unpack(buf, pos)[0]
-        if after > limit:
-            return pos, walked
-        pos = after
+    end = min(limit, len(buf))
+    view = buf if end == len(buf) else memoryview(buf)[:end]
+    walked = 0
+    try:  # the hot loop of a header read (a vocabulary has ~10^5 strings): one bounds check per string
+        for walked in range(count):
+            after = pos + 8 + unpack(view, pos)[0]
+            if after > end:
+                return pos, walked
+            pos = after
+    except struct.error:  # the next length prefix itself runs past the window
+        return pos, walked
     return pos, count
 
 

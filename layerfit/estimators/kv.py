@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from layerfit.estimators import architectures as arch_rules
+from layerfit.estimators.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from layerfit.estimators.shape import ModelShape
 
 CTX_PAD = 256

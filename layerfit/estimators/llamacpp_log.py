@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable
 
-from gguf import GGMLQuantizationType
 from pydantic import Field
 
 from layerfit.domain.base import Frozen
 from layerfit.domain.layout import Layout
+from layerfit.estimators.gguf_constants import GGMLQuantizationType
 from layerfit.estimators.gguf_reader import GgufHeader, TensorInfo
 
 HOST = "Host"

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gguf import Keys
-
 from layerfit.domain.profile import MAX_BLOCKS
 from layerfit.errors import EstimationError
+from layerfit.estimators.gguf_constants import Keys
 
 _K = 1 << 10
 _M = 1 << 20

@@ -11,12 +11,12 @@ import re
 from collections.abc import Mapping
 from typing import Self
 
-from gguf import GGMLQuantizationType, Keys
 from pydantic import model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.errors import EstimationError
 from layerfit.estimators import architectures as arch_rules
+from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
 from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, MetaValue, TensorInfo, read_header
 
 BLOCK_PREFIX = re.compile(r"^blk\.(\d+)\.")
