@@ -121,3 +121,31 @@ def test_progress_is_shown_only_on_a_terminal_without_json_or_quiet(
     with progress_display(argparse.Namespace(json=json_flag, quiet=quiet), "plan") as on:
         assert on is shown
         assert layerfit.progress.active() is shown
+
+
+def test_plan_fleet_itself_gives_what_replan_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """A library user gets the command lines, the lost placements and the device use the CLI shows."""
+    from layerfit.domain.fleet import Fleet, FleetConfig
+    from layerfit.fleet import plan_fleet
+    from layerfit.io import load_file
+
+    fleet = load_file(Fleet, FLEET)
+    plan = plan_fleet(fleet, FleetConfig(time_limit_s=5.0))
+    printed = json.loads(replan(capsys, FLEET, "--json")[0])
+    assert [(lost.deployment, lost.gpus) for lost in plan.lost] == [("qwen-30b", ("gpu-c:unknown:1",))]
+    assert json.loads(plan.model_dump_json())["lost"] == printed["lost"]
+    assert {(c.deployment, c.replica) for c in plan.commands} == {(p.deployment, p.replica) for p in plan.placements}
+    assert all(c.commands[-1].program == "llama-server" for c in plan.commands)
+
+
+def test_fleet_placements_carry_device_use_like_a_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(replan(capsys, FLEET, "--json")[0])
+    for placed in data["placements"]:
+        claims, use = placed["claims"], placed["device_use"]
+        assert len(use) == len(claims["devices"]) > 0
+        for entry, device in zip(use, claims["devices"], strict=True):
+            worker, _, index = entry["gpu_id"].split(":")
+            assert (worker, int(index)) == (device["worker"], device["gpu_index"])
+            assert entry["needed_bytes"] == device["total_bytes"]
+            assert entry["free_after_bytes"] == entry["allocatable_bytes"] - entry["needed_bytes"]
+        assert [w["worker"] for w in placed["worker_use"]] == [w["worker"] for w in claims["workers"]]

@@ -13,7 +13,6 @@ from layerfit.cli import EXIT_PLACED, main
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, PlannerConfig, Status, Worker
 from layerfit.domain.fleet import Executor, Fleet, FleetConfig
 from layerfit.fleet import plan_fleet
-from layerfit.fleet.commands import with_commands
 
 FLEET = str(Path(__file__).parent.parent / "layerfit" / "examples" / "fleet.yaml")
 
@@ -107,7 +106,7 @@ def generated_fleet(seed: int) -> Fleet:
 
 def plan_json(fleet: Fleet, **config: object) -> str:
     """The fleet plan as ``replan --json`` prints it, less wall-clock times and the executor's name."""
-    plan = with_commands(fleet, plan_fleet(fleet, FleetConfig(time_limit_s=60.0, **config)))  # type: ignore[arg-type]
+    plan = plan_fleet(fleet, FleetConfig(time_limit_s=60.0, **config))  # type: ignore[arg-type]
     assert plan.status is Status.OPTIMAL  # no limit was hit: the answer must not depend on how it was computed
     data = json.loads(plan.model_dump_json())
     for stats in data["stats"]:

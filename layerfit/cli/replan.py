@@ -20,13 +20,11 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
     check_plot_target(args.plot)
     fleet = load_file(Fleet, args.fleet)
     from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
-    from layerfit.fleet.commands import with_commands
 
     with progress_display(args, "replan") as shown:
         config = FleetConfig(time_limit_s=args.time_limit, executor=Executor(args.executor), progress=shown)
         result = plan_fleet(fleet, config)
 
-    result = with_commands(fleet, result)
     print(result.model_dump_json(indent=2) if args.json else render_fleet(result, fleet.cluster))
     before = [(f"{p.deployment}#{p.replica}", p.layout) for p in fleet.current]
     if args.plot:

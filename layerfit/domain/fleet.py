@@ -13,7 +13,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
-from layerfit.domain.plan import Command, EngineStats, Reason, Status
+from layerfit.domain.plan import Command, DeviceUse, EngineStats, Reason, Status, WorkerUse
 from layerfit.errors import InputError
 
 
@@ -86,6 +86,10 @@ class PlacedReplica(Frozen):
     claims: Claims
     change: ReplicaChange
     """Kept, moved or started (never ``stopped``)."""
+    device_use: tuple[DeviceUse, ...] = ()
+    """Its GPUs, in llama.cpp device order: names and the memory it needs of each (as ``Plan``'s)."""
+    worker_use: tuple[WorkerUse, ...] = ()
+    """Its workers, main first: the RAM (or unified pool) it needs of each (as ``Plan``'s)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -206,7 +210,7 @@ class FleetPlan(Frozen):
     lost: tuple[LostPlacement, ...] = ()
     """Current placements on GPUs or workers that are gone: stop them by hand."""
     commands: tuple[ReplicaCommands, ...] = ()
-    """Command lines of every placed replica (``layerfit.fleet.commands.with_commands``)."""
+    """Command lines of every placed replica (``plan_fleet`` fills them, ``layerfit.fleet.commands``)."""
     reasons: tuple[Reason, ...] = ()
     """Fleet-level findings: pins that no longer fit, temporary double bookings avoided, ..."""
     objective: tuple[int, ...] = ()

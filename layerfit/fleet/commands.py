@@ -11,6 +11,7 @@ from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaComman
 from layerfit.experts import expertless_blocks
 from layerfit.launch import commands
 from layerfit.planner import model_path, resolve_profile
+from layerfit.usage import use_of
 
 
 def lost_placements(fleet: Fleet) -> tuple[LostPlacement, ...]:
@@ -32,7 +33,8 @@ SERVER_PORT_BASE = 8080
 
 
 def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = PlannerConfig()) -> FleetPlan:
-    """The plan with the command lines of every placed replica and the lost placements filled in.
+    """The plan with the command lines and device use of every placed replica, and the lost
+    placements, filled in (``plan_fleet`` returns it so).
 
     Replicas sharing a worker must not share ports: each llama-server gets ``--port 8080, 8081, ...``
     per main worker (unless the deployment sets ``--port`` itself), and rpc-servers take ports from
@@ -60,4 +62,7 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
             server_args=port,
         )
         per_replica.append(ReplicaCommands(deployment=placed.deployment, replica=placed.replica, commands=lines))
-    return plan.model_copy(update={"commands": tuple(per_replica), "lost": lost_placements(fleet)})
+    placements = tuple(p.model_copy(update=use_of(fleet.cluster, p.layout, p.claims)) for p in plan.placements)
+    return plan.model_copy(
+        update={"placements": placements, "commands": tuple(per_replica), "lost": lost_placements(fleet)}
+    )

@@ -25,6 +25,7 @@ from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
 from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
 from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier_bound, trivial_bounds
+from layerfit.fleet.commands import with_commands
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.master import Master, priority_weights
 from layerfit.fleet.moves import assign_replicas, order_moves
@@ -127,6 +128,10 @@ def plan_fleet(
 ) -> FleetPlan:
     """Place every replica that fits, jointly; then order the moves from the current placement.
 
+    The plan carries the command lines of every placed replica (``planner_config`` says for which
+    llama.cpp build), what each needs of its GPUs and workers, and the current placements on GPUs
+    that are gone (``lost``).
+
     Bad input (a selection naming a missing GPU, a placement of the wrong size or on a missing GPU,
     pins that overflow together) is reported in ``reasons`` and the rest is planned (``screen``);
     replicas of a deployment left out keep running, their memory counted, or are stopped first.
@@ -166,7 +171,7 @@ def plan_fleet(
             "unplaced": (*result.unplaced, *unplaced),
         }
     )
-    return with_stops_first(result, screened.stop_first, original.cluster)
+    return with_commands(original, with_stops_first(result, screened.stop_first, original.cluster), planner_config)
 
 
 def _with_column_generation(
