@@ -448,10 +448,10 @@ def test_result_reports_tiers_objective_and_stats() -> None:
 def test_invalid_model_raises_solver_error_naming_the_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     real_run = solver_runner.run
 
-    def broken(built, config, time_limit_s):  # type: ignore[no-untyped-def]
+    def broken(built, config, time_limit_s, measure=None):  # type: ignore[no-untyped-def]
         huge = built.model.new_int_var(0, 2**62, "huge")
         built.model.add(huge * 2**62 + huge * 2**62 >= 1)  # overflows: CP-SAT rejects the model
-        return real_run(built, config, time_limit_s)
+        return real_run(built, config, time_limit_s, measure)
 
     monkeypatch.setattr("layerfit.solver.search.run", broken)
     with pytest.raises(SolverError, match="deployment m"):

@@ -13,10 +13,10 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.layout import Layout
 from layerfit.errors import SolverError
 from layerfit.progress import active as progress_active
-from layerfit.progress import solution_callback
 from layerfit.solver.build import BuiltModel
 from layerfit.solver.canonical import canonical_layout
 from layerfit.solver.decode import decision_values, decode
+from layerfit.solver.progress import Measure, progress_callback
 from layerfit.solver.variables import Expr
 
 
@@ -73,13 +73,14 @@ def solver_for(config: PlannerConfig, time_limit_s: float) -> cp_model.CpSolver:
     return solver
 
 
-def run(built: BuiltModel, config: PlannerConfig, time_limit_s: float) -> Run:
-    """Solve the model as it stands; ``SolverError`` naming the deployment if CP-SAT fails."""
+def run(built: BuiltModel, config: PlannerConfig, time_limit_s: float, measure: Measure | None = None) -> Run:
+    """Solve the model as it stands; ``SolverError`` naming the deployment if CP-SAT fails.
+    ``measure`` names what the objective counts, for the progress reports (none without it)."""
     if time_limit_s <= 0:
         return NOT_RUN
     solver = solver_for(config, time_limit_s)
-    stage = f"cp-sat for {built.instance.deployment}"
-    callback = solution_callback(stage, "objective points", time.perf_counter()) if progress_active() else None
+    shown = measure is not None and progress_active()
+    callback = progress_callback(measure, time.perf_counter()) if measure is not None and shown else None
     try:
         status = solver.solve(built.model, callback)
     except Exception as exc:  # CP-SAT reports internal failures as plain exceptions

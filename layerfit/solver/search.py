@@ -51,6 +51,7 @@ from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_o
 from layerfit.solver.decode import decision_values
 from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import strict_tiers, strict_value, tie_break
+from layerfit.solver.progress import Measure, strict_measure, tie_break_measure
 from layerfit.solver.proofs import SINGLE_GPU, capacity_infeasibility, forced_layers, single_gpu_answer
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
@@ -303,7 +304,8 @@ def _single_worker_search(
         built.model.add(tiers.gpus == k)
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=True))
         hinted = _hint_if(built, hint, (ceiling, 1, k), config, clock, trace)
-        result = trace.record(f"one-worker-{k}-gpus", run(built, config, clock.remaining()))
+        measure = tie_break_measure(_stage(instance, f"{k} GPUs on one worker"), built.instance, uses_gpus=True)
+        result = trace.record(f"one-worker-{k}-gpus", run(built, config, clock.remaining(), measure))
         if result.status == cp_model.INFEASIBLE and not hinted:
             continue
         if not result.found:
@@ -346,7 +348,8 @@ def _multi_worker_search(
     built.model.add(tiers.workers == workers)
     built.model.minimize(tiers.gpus)
     hinted = _hint_if(built, hint, (ceiling, workers, None), config, clock, trace)
-    result = trace.record(f"{workers}-workers", run(built, config, clock.remaining()))
+    measure = Measure(_stage(instance, f"{workers} workers"), "GPUs")
+    result = trace.record(f"{workers}-workers", run(built, config, clock.remaining(), measure))
     if result.status == cp_model.INFEASIBLE and not hinted:
         return Status.INFEASIBLE
     if not result.found:
@@ -393,7 +396,7 @@ def _general_search(
         floor = strict_value(built.instance, incumbent.layers, incumbent.workers, incumbent.gpus)
         built.model.add(tiers.combined >= floor)
     built.model.maximize(tiers.combined)
-    first = trace.record("strict", run(built, config, clock.remaining()))
+    first = trace.record("strict", run(built, config, clock.remaining(), strict_measure(_stage(instance), tiers)))
     if not first.found:
         # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
         # With an incumbent, ``solve`` keeps it and names the contradiction.
@@ -411,6 +414,11 @@ def _general_search(
         ranks_tie_break=False,
     )
     return _tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
+
+
+def _stage(instance: Instance, detail: str = "") -> str:
+    """The progress reports' name of a solve."""
+    return f"cp-sat for {instance.deployment}" + (f" ({detail})" if detail else "")
 
 
 def _tie_break_stage(
@@ -438,7 +446,8 @@ def _tie_break_stage(
     narrow.model.minimize(tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0))
     hint_decisions(narrow, outcome.best.layout(outcome.built))
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
-    result = trace.record("tie-break", run(narrow, config, time_limit))
+    measure = tie_break_measure(_stage(candidates), narrow.instance, uses_gpus=gpus > 0)
+    result = trace.record("tie-break", run(narrow, config, time_limit, measure))
     if not result.found:
         return outcome
     return replace(
@@ -513,7 +522,8 @@ def alternatives_after(
             break
         _exclude(built.model, built.variables, previous)
         built.model.proto.clear_solution_hint()
-        result = trace.record("alternative", run(built, config, clock.remaining()))
+        measure = tie_break_measure(_stage(built.instance, "alternative"), built.instance, uses_gpus=outcome.gpus > 0)
+        result = trace.record("alternative", run(built, config, clock.remaining(), measure))
         if not result.proven:
             trace.truncated = "alternatives"  # the time limit cut this solve: the set may differ next time
         if not result.found:
