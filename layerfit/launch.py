@@ -2,8 +2,9 @@
 
 The main command pins the layout exactly: integer per-device layer counts as ``-ts`` with the
 matching ``-ngl``, the device list in llama.cpp order (RPC servers first), and, on builds that have
-it (``PlannerConfig.llama_cpp_build``), ``--fit off`` so that llama.cpp does not re-fit what was
-decided here. Device names follow ggml: ``CUDA0``, ``ROCm1``,
+it, ``--fit off`` so that llama.cpp does not re-fit what was decided here. Which flags a build has
+(``--fit``, ``--n-cpu-moe``, ``-ot``, ``-lm``) follows ``PlannerConfig.llama_cpp_build``
+(``layerfit.domain.builds``). Device names follow ggml: ``CUDA0``, ``ROCm1``,
 ``Vulkan0``, ... for local GPUs, ``RPC0``, ``RPC1``, ... for the ``--rpc`` endpoints in order.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from layerfit.domain.builds import check_flags, load_mode_args
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.expert_flags import expert_flags
@@ -75,10 +77,15 @@ def server_command(
 
     Experts kept on the host get ``--n-cpu-moe``/``-ot`` (``expertless_blocks``: blocks without
     expert tensors, which ``--n-cpu-moe`` may cover); the user's own tensor overrides are passed on
-    as given instead (the layout then follows them).
+    as given instead (the layout then follows them). Every flag suits ``config.llama_cpp_build``:
+    ``InputError`` names a flag the build lacks (or may lack) and why.
     """
     main = cluster.worker(layout.main_worker)
-    argv: list[str] = ["-m", model_path, *params.to_args(), "-ngl", str(gpu_layers_flag(layout))]
+    build = config.build
+    check_flags(params.extra, build, "a tensor override of the deployment")
+    own_args = params.model_copy(update={"load_mode": None}).to_args()
+    argv: list[str] = ["-m", model_path, *own_args, *load_mode_args(params.load_mode, build)]
+    argv += ["-ngl", str(gpu_layers_flag(layout))]
     if not layout.devices:
         argv += ["--device", "none"]
     else:
@@ -88,8 +95,10 @@ def server_command(
         if endpoints:
             argv += ["--rpc", ",".join(endpoints)]
     if not expert_flags(params).given:
-        argv += expert_args(layout, expertless_blocks)
-    if config.llama_cpp_build.has_fit_flag:
+        experts = expert_args(layout, expertless_blocks)
+        check_flags(experts, build, "the layout keeps experts of GPU blocks in host RAM")
+        argv += experts
+    if config.emits_fit_off:
         argv += ["--fit", "off"]
     argv += list(extra_args)
     return Command(worker=main.name, program=program, argv=tuple(argv))

@@ -239,6 +239,9 @@ def test_an_infeasible_layout_gets_no_launch_commands(capsys: pytest.CaptureFixt
         (("--llama-cpp-build", "legacy"), False),
         (("--offload-order", "output-last"), False),  # output-last builds predate --fit
         (("--offload-order", "output-first"), True),
+        (("--llama-cpp-build", "b6400"), False),
+        (("--llama-cpp-build", "11434"), True),
+        (("--llama-cpp-build", "b7000", "--offload-order", "output-first"), True),  # output-first came after --fit
     ],
 )
 def test_the_build_decides_whether_fit_off_is_emitted(
@@ -255,7 +258,7 @@ def test_the_build_decides_whether_fit_off_is_emitted(
 def test_a_build_and_an_offload_order_that_disagree_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ("--llama-cpp-build", "current", "--offload-order", "output-last")
     assert main(["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, *flags]) == 2
-    assert "llama_cpp_build current offloads output-first, not output-last" in capsys.readouterr().err
+    assert "llama_cpp_build current (b11434) offloads output-first, not output-last" in capsys.readouterr().err
 
 
 def test_planner_config_derives_the_build_and_the_order_from_each_other() -> None:

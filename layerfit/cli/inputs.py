@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import LlamaCppBuild, OffloadOrder, PlannerConfig, Policy
+from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.layout import Claims
 from layerfit.domain.params import LlamaParams
@@ -24,7 +24,7 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
         "policy": Policy(args.policy),
         "time_limit_s": args.time_limit,
         "offload_order": OffloadOrder(args.offload_order) if args.offload_order else None,
-        "llama_cpp_build": LlamaCppBuild(args.llama_cpp_build) if args.llama_cpp_build else None,
+        "llama_cpp_build": args.llama_cpp_build,
     }
     return load_model(PlannerConfig, data, "command line")
 

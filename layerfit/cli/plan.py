@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from layerfit.cli.common import EXAMPLES, HELP_FORMAT, exit_code, seconds
-from layerfit.domain.choices import LlamaCppBuild, ModelKind, OffloadOrder, Policy
+from layerfit.domain.choices import ModelKind, OffloadOrder, Policy
 
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
@@ -80,10 +80,11 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--llama-cpp-build",
-        choices=[b.value for b in LlamaCppBuild],
-        help="the llama.cpp the commands are for: current (December 2025 on: output-first -ngl, --fit off "
-        "emitted) or legacy (older: output-last -ngl, no --fit flag); default: what --offload-order implies, "
-        "else current",
+        metavar="BUILD",
+        help="the llama.cpp the commands are for: its build number (b6500 or 6500, as llama-server --version "
+        "prints it), current (b11434: output-first -ngl, --fit off emitted) or legacy (b6457: output-last -ngl, "
+        "no --fit); the flags emitted follow it, and one the build lacks is refused; default: what "
+        "--offload-order implies, else current",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument(

@@ -21,23 +21,15 @@ class OffloadOrder(StrEnum):
 
 
 class LlamaCppBuild(StrEnum):
-    """Which llama.cpp the command lines are for: it decides ``-ngl``'s order and the flags emitted.
+    """The two named llama.cpp builds (a build may also be given by its number: ``layerfit.domain.builds``).
 
-    ``CURRENT`` is llama.cpp since December 2025: output-first ``-ngl`` (ggml-org/llama.cpp#18148)
-    and ``--fit`` (#16653, on by default, so plans pass ``--fit off``). ``LEGACY`` is older builds:
-    output-last ``-ngl`` and no ``--fit`` flag (passing it would stop llama-server at start-up).
+    ``CURRENT`` is b11434, llama.cpp since December 2025: output-first ``-ngl`` (ggml-org/llama.cpp#18148)
+    and ``--fit`` (#16653, on by default, so plans pass ``--fit off``). ``LEGACY`` is b6457 (September
+    2025): output-last ``-ngl`` and no ``--fit`` flag (passing it would stop llama-server at start-up).
     """
 
     CURRENT = "current"
     LEGACY = "legacy"
-
-    @property
-    def offload_order(self) -> OffloadOrder:
-        return OffloadOrder.OUTPUT_FIRST if self is LlamaCppBuild.CURRENT else OffloadOrder.OUTPUT_LAST
-
-    @property
-    def has_fit_flag(self) -> bool:
-        return self is LlamaCppBuild.CURRENT
 
 
 class Policy(StrEnum):

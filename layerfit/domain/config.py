@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.domain.builds import FIT, OUTPUT_FIRST, build_label, build_number, offload_order_of, parse_build
 from layerfit.domain.choices import LlamaCppBuild as LlamaCppBuild
 from layerfit.domain.choices import OffloadOrder as OffloadOrder
 from layerfit.domain.choices import Policy as Policy
@@ -17,8 +18,10 @@ _BUILD_KEYS = ("llama_cpp_build", "offload_order")
 class PlannerConfig(Frozen):
     """Knobs of the heuristic, the solver and the planner. Defaults follow GPUStack and llama.cpp."""
 
-    llama_cpp_build: LlamaCppBuild = LlamaCppBuild.CURRENT
-    """The llama.cpp the commands are for; when only ``offload_order`` is given, the build it implies."""
+    llama_cpp_build: LlamaCppBuild | PosInt = LlamaCppBuild.CURRENT
+    """The llama.cpp the commands are for: ``current``, ``legacy`` or a build number (``b6500`` or
+    ``6500``); it decides which flags the commands use (``layerfit.domain.builds``). When only
+    ``offload_order`` is given, the named build it implies."""
     offload_order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
     """``-ngl``'s order; when only ``llama_cpp_build`` is given, that build's order."""
     policy: Policy = Policy.BINPACK
@@ -54,17 +57,29 @@ class PlannerConfig(Frozen):
         if not isinstance(data, dict):
             return data
         data = {key: value for key, value in data.items() if value is not None or key not in _BUILD_KEYS}
-        build, order = data.get("llama_cpp_build"), data.get("offload_order")
-        if build is not None and order is not None:
-            if LlamaCppBuild(build).offload_order is not OffloadOrder(order):
-                raise ValueError(
-                    f"llama_cpp_build {LlamaCppBuild(build).value} offloads "
-                    f"{LlamaCppBuild(build).offload_order.value}, not {OffloadOrder(order).value}"
-                )
-        elif build is not None:
-            data = {**data, "offload_order": LlamaCppBuild(build).offload_order}
-        elif order is not None:
-            first = OffloadOrder(order) is OffloadOrder.OUTPUT_FIRST
-            data = {**data, "llama_cpp_build": LlamaCppBuild.CURRENT if first else LlamaCppBuild.LEGACY}
-        return data
+        build = parse_build(data["llama_cpp_build"]) if "llama_cpp_build" in data else None
+        order = OffloadOrder(data["offload_order"]) if "offload_order" in data else None
+        if build is None:
+            first = order is None or order is OffloadOrder.OUTPUT_FIRST
+            return {**data, "llama_cpp_build": LlamaCppBuild.CURRENT if first else LlamaCppBuild.LEGACY}
+        implied = offload_order_of(build)
+        if implied is None and order is None:
+            raise ValueError(f"{OUTPUT_FIRST.unknown_reason(build_number(build))}; give offload_order to say which")
+        if implied is not None and order is not None and implied is not order:
+            raise ValueError(f"llama_cpp_build {build_label(build)} offloads {implied.value}, not {order.value}")
+        order = order or implied
+        if FIT.present(build_number(build)) is None and order is OffloadOrder.OUTPUT_LAST:
+            raise ValueError(f"{FIT.unknown_reason(build_number(build))}; name a build outside that range")
+        return {**data, "llama_cpp_build": build, "offload_order": order}
+
+    @property
+    def build(self) -> int:
+        """The llama.cpp build number the commands are for (a named build's own number)."""
+        return build_number(self.llama_cpp_build)
+
+    @property
+    def emits_fit_off(self) -> bool:
+        """Whether the commands pass ``--fit off``: the build has ``--fit`` (an output-first build
+        whose number alone does not say has it: the output-first order came after ``--fit``)."""
+        return FIT.present(self.build) is not False
 
