@@ -10,17 +10,22 @@ import pytest
 from layerfit.domain import Cluster, Deployment, Gpu, MemoryProfile, PlannerConfig, Policy, Worker
 from layerfit.progress import LineReporter, reporting
 from layerfit.solver import solve
-from layerfit.solver.objective import StrictTiers
-from layerfit.solver.progress import strict_progress
+from layerfit.solver.progress import Tier, tiered_progress
 
-TIERS = StrictTiers(layers=0, workers=0, gpus=0, combined=0, layer_weight=100, worker_weight=10)
-"""Weights only: 10 layers, 1 worker and 1 GPU weigh 100 * 10 - 10 * 1 - 1 = 989."""
+TIERS = (
+    Tier("layers on GPUs", "layers", 0, 100, True, 0, 20),
+    Tier("workers", "workers", 0, 10, False, 1, 4),
+    Tier("GPUs", "GPUs", 0, 1, False, 0, 9),
+)
+"""Weights and ranges only: 10 layers, 1 worker and 1 GPU weigh 100 * 10 - 10 * 1 - 1 = 989; the
+tiers below the layers add between -(10 * 4 + 9) = -49 and -10."""
 
 
 @pytest.mark.parametrize(
     ("values", "bound", "stage", "best", "tier_bound"),
     [
-        ((8, 2, 3), 989, "layers on GPUs", 8, 10),  # 989 / 100 rounds up: no plan has more than 10 layers
+        ((8, 2, 3), 989, "layers on GPUs", 8, 10),  # (989 + 49) / 100: no plan has more than 10 layers
+        ((8, 2, 3), 951, "layers on GPUs", 8, 10),  # 951 + 49 = 1000: 10 layers with 4 workers, 9 GPUs
         ((10, 2, 3), 989, "workers", 2, 1),  # layers settled; 1000 - 989 = 11 leaves room for 1 worker
         ((10, 1, 3), 989, "GPUs", 3, 1),  # workers settled; 11 - 10 leaves 1 GPU
         ((10, 1, 1), 989, "GPUs", 1, 1),  # proven
@@ -30,10 +35,15 @@ TIERS = StrictTiers(layers=0, workers=0, gpus=0, combined=0, layer_weight=100, w
 def test_the_combined_bound_is_read_tier_by_tier(
     values: tuple[int, int, int], bound: float, stage: str, best: int, tier_bound: int
 ) -> None:
-    progress = strict_progress("cp-sat for m", values, bound, TIERS, 1.0)
+    progress = tiered_progress("cp-sat for m", TIERS, values, bound, 1.0)
     assert progress.stage == f"cp-sat for m: {stage}"
     assert (progress.best, progress.bound) == (best, tier_bound)
     assert progress.unit == {"layers on GPUs": "layers", "workers": "workers", "GPUs": "GPUs"}[stage]
+
+
+def test_a_tier_bound_never_leaves_the_tier_s_range() -> None:
+    progress = tiered_progress("s", TIERS, (3, 1, 1), 10**6, 1.0)
+    assert (progress.best, progress.bound) == (3, 20)
 
 
 def _worker(name: str, *vram: int) -> Worker:
@@ -77,7 +87,7 @@ def test_the_strict_solve_reports_each_tier_in_its_units() -> None:
     built.model.maximize(tiers.combined)
     stream = io.StringIO()
     with reporting(LineReporter(stream)):
-        result = run(built, config, 10.0, strict_measure("cp-sat for m", tiers))
+        result = run(built, config, 10.0, strict_measure("cp-sat for m", built.instance, tiers))
     assert result.proven
     lines = stream.getvalue().splitlines()
     tier = r"(layers on GPUs|workers|GPUs), best \d+ (layers|workers|GPUs), "
@@ -88,4 +98,4 @@ def test_the_strict_solve_reports_each_tier_in_its_units() -> None:
     best = {unit: result.value(tier) for unit, tier in zip(("layers", "workers", "GPUs"), values, strict=True)}
     reported = re.search(r"best (\d+) (layers|workers|GPUs)", lines[-1])
     assert reported is not None and int(reported.group(1)) == best[reported.group(2)]
-    assert f"{best['layers']} layers on GPUs" in lines[-1] or reported.group(2) == "layers"
+    assert f"{best['layers']} layers proven" in lines[-1] or reported.group(2) == "layers"

@@ -27,6 +27,7 @@ from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_o
 from layerfit.solver.constraints.experts import experts_on_gpus
 from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import tie_break
+from layerfit.solver.progress import Measure, Tier, tie_break_measure
 from layerfit.solver.result import SolveResult, TierValues
 from layerfit.solver.runner import Run, hint_layout, run, set_full_hint
 from layerfit.solver.search import (
@@ -73,6 +74,23 @@ class ExpertTiers:
         return value
 
 
+def expert_measure(instance: Instance, tiers: ExpertTiers) -> Measure:
+    """The expert tiers for progress reports: layers, experts, workers and GPUs in their units."""
+    assert instance.experts is not None
+    layer_weight, expert_weight, worker_weight = tiers.weights
+    gpus = instance.rpc_slots + instance.local_slots
+    return Measure(
+        stage=f"cp-sat for {instance.deployment} (experts per block)",
+        unit="layers on GPUs",
+        tiers=(
+            Tier("layers on GPUs", "layers", tiers.layers, layer_weight, True, 0, instance.n_layers),
+            Tier("experts on GPUs", "blocks' experts", tiers.experts, expert_weight, True, 0, instance.n_blocks),
+            Tier("workers", "workers", tiers.workers, worker_weight, False, 1, 1 + instance.rpc_slots),
+            Tier("GPUs", "GPUs", tiers.gpus, 1, False, 0, gpus),
+        ),
+    )
+
+
 def expert_tiers(built: BuiltModel) -> ExpertTiers:
     instance, variables = built.instance, built.variables
     assert instance.experts is not None
@@ -108,7 +126,7 @@ def solve_with_experts(
     if incumbent is not None:
         built.model.add(tiers.combined >= tiers.of(expert_tier_key(profile, incumbent.layout)))
     built.model.maximize(tiers.combined)
-    first = trace.record("strict", run(built, config, clock.remaining()))
+    first = trace.record("strict", run(built, config, clock.remaining(), expert_measure(instance, tiers)))
     if not first.found:
         if incumbent is not None:
             return _kept(instance, profile, clock, trace, incumbent, tiers, first)
@@ -154,7 +172,9 @@ def _tie_break(
     built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=key[3] > 0))
     set_full_hint(built.model, first.solution)
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
-    second = trace.record("tie-break", run(built, config, time_limit))
+    stage = f"cp-sat for {built.instance.deployment} (experts per block)"
+    measure = tie_break_measure(stage, built.instance, uses_gpus=key[3] > 0)
+    second = trace.record("tie-break", run(built, config, time_limit, measure))
     return second if second.found else first
 
 

@@ -396,7 +396,8 @@ def _general_search(
         floor = strict_value(built.instance, incumbent.layers, incumbent.workers, incumbent.gpus)
         built.model.add(tiers.combined >= floor)
     built.model.maximize(tiers.combined)
-    first = trace.record("strict", run(built, config, clock.remaining(), strict_measure(_stage(instance), tiers)))
+    measure = strict_measure(_stage(instance), built.instance, tiers)
+    first = trace.record("strict", run(built, config, clock.remaining(), measure))
     if not first.found:
         # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
         # With an incumbent, ``solve`` keeps it and names the contradiction.
@@ -516,13 +517,14 @@ def alternatives_after(
     """Re-solves of a model whose strict tiers are fixed, each excluding the GPU sets found so far
     (``previous`` first), until ``config.alternatives`` are found or no other exists."""
     found: list[Candidate] = []
+    uses_gpus = any(previous.value(slot.used) for slot in built.variables.slots)
+    measure = tie_break_measure(_stage(built.instance, "alternative"), built.instance, uses_gpus=uses_gpus)
     while len(found) < config.alternatives:
         if clock.remaining() <= 0:
             trace.truncated = "alternatives"
             break
         _exclude(built.model, built.variables, previous)
         built.model.proto.clear_solution_hint()
-        measure = tie_break_measure(_stage(built.instance, "alternative"), built.instance, uses_gpus=outcome.gpus > 0)
         result = trace.record("alternative", run(built, config, clock.remaining(), measure))
         if not result.proven:
             trace.truncated = "alternatives"  # the time limit cut this solve: the set may differ next time
