@@ -182,11 +182,13 @@ class ColumnGeneration:
         solved = iter(run_tasks(pricing_task, tasks, self.config))
         return [answer if answer is not None else next(solved) for answer in known]
 
-    def _task_limit(self, remaining: float) -> float:
-        """Each pricing problem's share of the time left, on as many processes as the executor has."""
+    def _task_limit(self, budget_s: float) -> float:
+        """Each pricing problem's share of a round's budget, on as many processes as the executor has.
+        The budget is nominal (from the configuration, not the clock), so that the same input prices
+        the same on every executor and under any load; the deadline still ends the rounds."""
         parallel = 1 if self.config.executor is Executor.SERIAL else (self.config.processes or os.cpu_count() or 1)
         waves = -(-len(self.groups) // parallel)
-        return max(0.05, min(self.config.pricing_time_limit_s, remaining / max(1, waves)))
+        return max(0.05, min(self.config.pricing_time_limit_s, budget_s / max(1, waves)))
 
     def _replica_value(self, tier: str, d: int, lp: LpSolution) -> float:
         """A replica's value apart from its layout's claims and (for layers) its layers."""
@@ -218,8 +220,12 @@ class ColumnGeneration:
         self.added += added
         return added
 
-    def run(self, tier: str, deadline: float, trivial: float, placed_floor: float = 0.0) -> Bound:
-        """Rounds of LP and pricing until no column is added or ``deadline`` (``perf_counter``) passes."""
+    def run(
+        self, tier: str, deadline: float, trivial: float, placed_floor: float = 0.0, budget_s: float | None = None
+    ) -> Bound:
+        """Rounds of LP and pricing until no column is added or ``deadline`` (``perf_counter``) passes.
+        ``budget_s`` (default: the time to the deadline) sizes each round's pricing problems."""
+        budget = deadline - time.perf_counter() if budget_s is None else budget_s
         best = trivial
         rounds = added_here = 0
         closed = False
@@ -235,7 +241,7 @@ class ColumnGeneration:
             remaining = deadline - time.perf_counter()
             if remaining <= 0.05:
                 break
-            priced = self._price_all(lp.prices, self._task_limit(remaining))
+            priced = self._price_all(lp.prices, self._task_limit(budget))
             rounds += 1
             bound = self._lagrangian(tier, lp, priced, placed_floor)
             complete = complete and all(result.complete for result in priced)

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
+from layerfit.deadline import Deadline
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import (
@@ -20,7 +21,7 @@ from layerfit.domain.fleet import (
     UnplacedReplica,
 )
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
+from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
 from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
@@ -94,13 +95,18 @@ def _with_sequential_seed(
     candidates: list[CandidateSet],
     config: FleetConfig,
     planner_config: PlannerConfig,
-) -> tuple[list[CandidateSet], list[tuple[str, Layout]]]:
+    deadline: Deadline | None = None,
+) -> tuple[list[CandidateSet], list[tuple[str, Layout]], bool]:
     """One at a time, GPUStack's way: its layouts join the candidates and its assignment is one of
-    the starting solutions, so the joint plan is never behind it on the tiers."""
+    the starting solutions, so the joint plan is never behind it on the tiers. Past ``deadline`` the
+    replicas left are not tried (the last value: whether every replica was)."""
     if config.sequential_seed is None:
-        return candidates, []
+        return candidates, [], True
     seed_config = planner_config.model_copy(update={"policy": config.sequential_seed})
-    placed, _ = plan_sequential(fleet, lambda c, d, p: heuristic_layout(c, d, p, seed_config), profiles)
+    placed, _ = plan_sequential(
+        fleet, lambda c, d, p: heuristic_layout(c, d, p, seed_config, deadline), profiles, deadline
+    )
+    complete = deadline is None or not deadline.expired()
     seed = [(p.deployment, p.layout) for p in placed]
     extra: dict[str, list[Layout]] = defaultdict(list)
     for name, layout in seed:
@@ -118,7 +124,17 @@ def _with_sequential_seed(
         )
         for d, options in zip(fleet.deployments, candidates, strict=True)
     ]
-    return joined, seed
+    return joined, seed, complete
+
+
+SEED_SHARE = 0.25
+"""Share of the time left after candidate generation the one-at-a-time seed may take (it is cut
+short past it)."""
+DECODE_SHARE = 0.05
+"""Share of the time left kept for decoding the master's solution and ordering the moves."""
+FIRST_MASTER_SHARE = 0.5
+"""With column generation: share of the time left for the master over the candidates alone (the
+plan without pricing, kept unless the master over all columns beats it)."""
 
 
 def plan_fleet(
@@ -143,19 +159,26 @@ def plan_fleet(
         raise InputError(f"deployment[{ranged[0]}]", problem)
     original = fleet
     started = time.perf_counter()
+    deadline = Deadline.after(config.time_limit_s)
     screened = screen(fleet)
     fleet, profiles = screened.fleet, screened.profiles
     candidates = _candidates(fleet, profiles, config, planner_config)
-    candidates, seed = _with_sequential_seed(fleet, profiles, candidates, config, planner_config)
+    candidates, seed, seed_complete = _with_sequential_seed(
+        fleet, profiles, candidates, config, planner_config, deadline.share(SEED_SHARE)
+    )
     generation_s = time.perf_counter() - started
     if config.column_generation:
-        result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed)
+        result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed, deadline)
     else:
-        result = choose(fleet, profiles, candidates, config, planner_config, seed)
+        result = choose(fleet, profiles, candidates, config, planner_config, seed, deadline)
     stats = result.stats[0].model_copy(
         update={
             "wall_time_s": time.perf_counter() - started,
-            "details": {**result.stats[0].details, "candidate_generation_s": round(generation_s, 3)},
+            "details": {
+                **result.stats[0].details,
+                "candidate_generation_s": round(generation_s, 3),
+                "sequential_seed": "complete" if seed_complete else f"cut short at {len(seed)} replicas",
+            },
         }
     )
     unplaced = [
@@ -181,31 +204,28 @@ def _with_column_generation(
     config: FleetConfig,
     planner_config: PlannerConfig,
     seed: Sequence[tuple[str, Layout]],
+    deadline: Deadline,
 ) -> FleetPlan:
-    """Column generation on the placement tier, the integer master over all columns, column
-    generation on the layers tier (floor: the plan's placed weight), and the master again when
-    that added columns and time is left. The bounds hold over all layouts."""
-    started = time.perf_counter()
-    limit = config.time_limit_s
-    share = limit * config.column_generation_share
+    """The integer master over the candidates alone (the plan without pricing); column generation
+    on the placement tier, then on the layers tier (floor: that plan's placed weight); the master
+    over all columns, started from the first plan, when columns were added or the first plan is not
+    proven. The better plan on the tiers in order is kept, so pricing never makes the plan worse
+    than the first one. The bounds hold over all layouts."""
     weights = priority_weights(fleet.deployments)
     trivial_placed, trivial_layers = trivial_bounds(fleet.deployments, profiles, weights)
     cg = ColumnGeneration(fleet.cluster, fleet.deployments, profiles, candidates, weights, config, planner_config)
-    placed_bound = cg.run(PLACED, started + share * 0.6, trivial_placed)
-    # The master gets all the time left but what the layers tier's column generation may take.
-    master_limit = max(0.1, limit - (time.perf_counter() - started) - share * 0.4)
-
-    def master(time_limit_s: float, start: Sequence[tuple[str, Layout]]) -> FleetPlan:
-        limited = config.model_copy(update={"time_limit_s": time_limit_s})
-        return choose(fleet, profiles, cg.candidate_sets(), limited, planner_config, start)
-
-    plan = master(master_limit, seed)
+    plan = choose(fleet, profiles, candidates, config, planner_config, seed, deadline.share(FIRST_MASTER_SHARE))
+    share = config.column_generation_share
+    nominal = config.time_limit_s * (1 - FIRST_MASTER_SHARE) * share
+    placed_bound = cg.run(PLACED, deadline.share(share * 0.6).at, trivial_placed, budget_s=nominal * 0.6)
     floor = plan.objective[0] if plan.objective else 0
-    layers_bound = cg.run(LAYERS, time.perf_counter() + share * 0.4, trivial_layers, placed_floor=floor)
-    left = limit - (time.perf_counter() - started)
-    if layers_bound.columns_added and left > 0.5:
-        again = master(left, [(p.deployment, p.layout) for p in plan.placements])
-        if again.objective >= plan.objective:
+    layers_bound = cg.run(
+        LAYERS, deadline.share(share * 0.4).at, trivial_layers, placed_floor=floor, budget_s=nominal * 0.4
+    )
+    if (cg.added or plan.status is not Status.OPTIMAL) and deadline.remaining() > 0.2:
+        start = [(p.deployment, p.layout) for p in plan.placements]
+        again = choose(fleet, profiles, cg.candidate_sets(), config, planner_config, start, deadline)
+        if again.objective > plan.objective:
             plan = again
     values = plan.objective
     bounds = (
@@ -254,10 +274,12 @@ def choose(
     config: FleetConfig = FleetConfig(),
     planner_config: PlannerConfig = PlannerConfig(),
     seed: Sequence[tuple[str, Layout]] = (),
+    deadline: Deadline | None = None,
 ) -> FleetPlan:
     """The master problem over given candidates (one set per deployment, in fleet order), and the moves.
 
-    ``seed`` (deployment, layout) pairs, such as a one-at-a-time placement, start the search.
+    ``seed`` (deployment, layout) pairs, such as a one-at-a-time placement, start the search. The
+    master's tiers stop at ``deadline`` (less a share for decoding), else after ``config.time_limit_s``.
     """
     started = time.perf_counter()
     cluster, deployments = fleet.cluster, fleet.deployments
@@ -274,7 +296,10 @@ def choose(
     seeded: dict[str, Counter[Layout]] = defaultdict(Counter)
     for name, layout in seed:
         seeded[name][layout] += 1
-    outcome = solve_tiers(Master(cluster, deployments, candidates, current_counts, pins, seeded), config)
+    master = Master(cluster, deployments, candidates, current_counts, pins, seeded)
+    if deadline is not None:
+        config = config.model_copy(update={"time_limit_s": max(0.05, deadline.remaining() * (1 - DECODE_SHARE))})
+    outcome = solve_tiers(master, config)
     placed, unplaced = _replicas(deployments, candidates, outcome.counts, current_by)
     if capacity_reasons(cluster, *(p.claims for p in placed)):
         raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")

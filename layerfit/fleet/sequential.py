@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from layerfit.check import unified_workers
+from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -51,8 +52,11 @@ def plan_sequential(
     fleet: Fleet,
     planner: Callable[[Cluster, Deployment, MemoryProfile], Layout | None],
     profiles: Mapping[str, MemoryProfile] | None = None,
+    deadline: Deadline | None = None,
 ) -> tuple[list[PlacedReplica], list[UnplacedReplica]]:
-    """GPUStack's way: one replica at a time in arrival order, each taking what is left."""
+    """GPUStack's way: one replica at a time in arrival order, each taking what is left.
+
+    Past ``deadline`` no more replicas are tried: those left come back unplaced."""
     cluster = fleet.cluster
     placed: list[PlacedReplica] = []
     unplaced: list[UnplacedReplica] = []
@@ -62,7 +66,7 @@ def plan_sequential(
     for deployment in fleet.deployments:
         profile = profiles[deployment.name]
         for replica in range(deployment.replicas):
-            layout = planner(cluster, deployment, profile)
+            layout = None if deadline is not None and deadline.expired() else planner(cluster, deployment, profile)
             if layout is None:
                 unplaced.append(UnplacedReplica(deployment=deployment.name, replica=replica))
                 continue
@@ -81,9 +85,13 @@ def plan_sequential(
 
 
 def heuristic_layout(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    deadline: Deadline | None = None,
 ) -> Layout | None:
     """The GPUStack-order heuristic's layout for one deployment on what is left."""
     from layerfit import heuristics
 
-    return heuristics.plan(cluster, deployment, config, profile).layout
+    return heuristics.plan(cluster, deployment, config, profile, deadline=deadline).layout

@@ -1,0 +1,74 @@
+"""One deadline for every stage of plan_fleet, and pricing that never makes the plan worse than the
+master over the candidates alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from layerfit import heuristics
+from layerfit.deadline import Deadline
+from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, PlannerConfig, Status, Worker
+from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan
+from layerfit.fleet import plan as fleet_plan
+from layerfit.fleet import plan_fleet, plan_sequential
+
+PLANNER = PlannerConfig(time_limit_s=2.0, num_search_workers=1)
+CONFIG = FleetConfig(time_limit_s=10.0, executor="serial", num_search_workers=1)
+
+
+def fleet() -> Fleet:
+    workers = tuple(
+        Worker(
+            id=i,
+            name=f"w{i}",
+            total_ram_bytes=64 * GiB,
+            allocatable_ram_bytes=64 * GiB,
+            gpus=tuple(Gpu(index=g, total_vram_bytes=v * GiB, allocatable_vram_bytes=v * GiB) for g, v in enumerate(s)),
+        )
+        for i, s in enumerate([(24, 12, 12), (16,)])
+    )
+    deployments = tuple(
+        Deployment(name=f"d{i}", profile=MemoryProfile.uniform(4, size * GiB // 4, 0), replicas=1, cpu_offloading=False)
+        for i, size in enumerate([20, 23, 10])
+    )
+    return Fleet(cluster=Cluster(workers=workers), deployments=deployments)
+
+
+def test_sequential_placement_stops_at_its_deadline() -> None:
+    spread = PlannerConfig(time_limit_s=2.0)
+    calls: list[str] = []
+
+    def planner(cluster: Cluster, deployment: Deployment, profile: MemoryProfile) -> Any:
+        calls.append(deployment.name)
+        return heuristics.plan(cluster, deployment, spread, profile).layout
+
+    placed, unplaced = plan_sequential(fleet(), planner, deadline=Deadline.after(0.0))
+    assert not placed and not calls and len(unplaced) == 3
+    placed, unplaced = plan_sequential(fleet(), planner, deadline=Deadline.after(60.0))
+    assert calls == ["d0", "d1", "d2"] and len(placed) + len(unplaced) == 3
+
+
+def test_a_seed_cut_short_is_reported() -> None:
+    plan = plan_fleet(fleet(), CONFIG.model_copy(update={"time_limit_s": 1e-6}), PLANNER)
+    assert plan.stats[0].details["sequential_seed"] == "cut short at 0 replicas"
+    assert plan_fleet(fleet(), CONFIG, PLANNER).stats[0].details["sequential_seed"] == "complete"
+
+
+def test_the_master_over_all_columns_never_replaces_a_better_first_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    choose = fleet_plan.choose
+    calls: list[int] = []
+
+    def worse_second(*args: Any, **kwargs: Any) -> FleetPlan:
+        plan = choose(*args, **kwargs)
+        calls.append(len(calls))
+        if len(calls) == 1:
+            # the first plan is not proven, so the master runs again over all columns
+            return plan.model_copy(update={"status": Status.FEASIBLE})
+        return plan.model_copy(update={"placements": plan.placements[:1], "objective": (1,)})
+
+    monkeypatch.setattr(fleet_plan, "choose", worse_second)
+    plan = plan_fleet(fleet(), CONFIG, PLANNER)
+    assert len(calls) == 2
+    assert plan.objective[0] > 1 and len(plan.placements) > 1
