@@ -8,6 +8,9 @@ Host bytes per token: the dense weights of host-resident tensors in full plus th
 tensors times ``expert_used_count / expert_count`` (only the routed experts are read).
 
     python benchmarks/moe_bench.py [--models qwen3-30b-a3b ...] [--vram-gib 8 16 24 48]
+    python benchmarks/moe_bench.py --fit-params ~/.cache/llamacpp-cpu-11434 [--device-mib 4096 ...]
+
+``--fit-params BUILD_DIR`` compares with llama.cpp's own fit instead (``moe_fit_params.py``).
 
 Timings are wall-clock on whatever machine runs it.
 """
@@ -67,7 +70,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--vram-gib", nargs="*", type=int, default=[8, 16, 24, 48])
+    parser.add_argument("--fit-params", type=Path, metavar="BUILD_DIR", help="CPU build with llama-fit-params")
+    parser.add_argument("--device-mib", nargs="*", type=int, default=[4096, 8192, 12288, 16384])
+    parser.add_argument("--ctx", type=int, default=8192)
     args = parser.parse_args()
+    if args.fit_params is not None:
+        from moe_fit_params import compare
+
+        with tempfile.TemporaryDirectory() as scratch:
+            for name in args.models if args.models != list(MODELS) else ["qwen3-30b-a3b"]:
+                compare(args.fit_params.expanduser(), Path(scratch), name, args.ctx, args.device_mib)
+        return
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.models:
             path = Path(scratch) / f"{name}.gguf"

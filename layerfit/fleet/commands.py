@@ -38,8 +38,12 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
 
     Replicas sharing a worker must not share ports: each llama-server gets ``--port 8080, 8081, ...``
     per main worker (unless the deployment sets ``--port`` itself), and rpc-servers take ports from
-    ``config.rpc_port_base`` on, never twice in the plan.
+    ``config.rpc_port_base`` on, never twice in the plan. A ranged context is the one the plan chose.
     """
+    if any(deployment.has_ctx_range for deployment in fleet.deployments):
+        from layerfit.fleet.contexts import resolved
+
+        fleet = resolved(fleet, plan)
     deployments = {deployment.name: deployment for deployment in fleet.deployments}
     servers_on: Counter[str] = Counter()
     rpc_ports_taken = 0

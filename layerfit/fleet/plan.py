@@ -23,7 +23,7 @@ from layerfit.domain.fleet import (
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Status
 from layerfit.domain.profile import MemoryProfile
-from layerfit.errors import InputError, SolverError
+from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
 from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
@@ -151,12 +151,13 @@ def plan_fleet(
     Bad input (a selection naming a missing GPU, a placement of the wrong size or on a missing GPU,
     pins that overflow together) is reported in ``reasons`` and the rest is planned (``screen``);
     replicas of a deployment left out keep running, their memory counted, or are stopped first.
+    A context range is resolved to one context per deployment (``contexts``).
     """
 
-    ranged = [d.name for d in fleet.deployments if d.has_ctx_range]
-    if ranged:
-        problem = "a context range (ctx_auto, ctx_min/ctx_max) is planned per deployment, not by the fleet yet"
-        raise InputError(f"deployment[{ranged[0]}]", problem)
+    if any(d.has_ctx_range for d in fleet.deployments):
+        from layerfit.fleet.contexts import plan_with_contexts
+
+        return plan_with_contexts(fleet, planner_config, lambda fixed: plan_fleet(fixed, config, planner_config))
     original = fleet
     started = time.perf_counter()
     deadline = Deadline.after(config.time_limit_s)
