@@ -1,13 +1,15 @@
 """MoE placement: layers and expert blocks on GPUs, host bytes read per token, per engine.
 
 Profiles of Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss-120b and DeepSeek-V3 (headers from
-``layerfit.estimators.synthetic``, ``-c 8192``) on one worker with one GPU of 8-48 GiB and plenty
-of RAM. Engines: the planner (heuristic with the MoE stage, then CP-SAT), the heuristic alone with
-the MoE stage, and GPUStack's order (``expert_offload=False``: layer-level partial offload).
+``layerfit.estimators.synthetic``, ``-c 8192``) on one worker with GPUs of 8-48 GiB (one, or
+several: ``24+8``) and plenty of RAM. Engines: the planner (heuristic with the MoE stage, then
+CP-SAT placing experts block by block; its status shown), the heuristic alone with the MoE stage
+(the first k expert blocks), and GPUStack's order (``expert_offload=False``: layer-level partial
+offload).
 Host bytes per token: the dense weights of host-resident tensors in full plus their expert
 tensors times ``expert_used_count / expert_count`` (only the routed experts are read).
 
-    python benchmarks/moe_bench.py [--models qwen3-30b-a3b ...] [--vram-gib 8 16 24 48]
+    python benchmarks/moe_bench.py [--models qwen3-30b-a3b ...] [--vram-gib 8 16 24 48 24+8]
     python benchmarks/moe_bench.py --fit-params ~/.cache/llamacpp-cpu-11434 [--device-mib 4096 ...]
 
 ``--fit-params BUILD_DIR`` compares with llama.cpp's own fit instead (``moe_fit_params.py``).
@@ -36,9 +38,9 @@ MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3")
 CONFIG = PlannerConfig(time_limit_s=10)
 
 
-def cluster(vram_gib: int) -> Cluster:
-    gpu = Gpu(index=0, total_vram_bytes=vram_gib * GiB, allocatable_vram_bytes=vram_gib * GiB)
-    worker = Worker(id=1, name="w", total_ram_bytes=2048 * GiB, allocatable_ram_bytes=2048 * GiB, gpus=(gpu,))
+def cluster(vram_gib: list[int]) -> Cluster:
+    gpus = tuple(Gpu(index=i, total_vram_bytes=v * GiB, allocatable_vram_bytes=v * GiB) for i, v in enumerate(vram_gib))
+    worker = Worker(id=1, name="w", total_ram_bytes=2048 * GiB, allocatable_ram_bytes=2048 * GiB, gpus=gpus)
     return Cluster(workers=(worker,))
 
 
@@ -69,7 +71,9 @@ def row(engine: str, shape: ModelShape, profile: MemoryProfile, layout: Layout |
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
-    parser.add_argument("--vram-gib", nargs="*", type=int, default=[8, 16, 24, 48])
+    parser.add_argument(
+        "--vram-gib", nargs="*", default=["8", "16", "24", "48", "24+8"], help="GPU sizes of the worker, e.g. 24+8"
+    )
     parser.add_argument("--fit-params", type=Path, metavar="BUILD_DIR", help="CPU build with llama-fit-params")
     parser.add_argument("--device-mib", nargs="*", type=int, default=[4096, 8192, 12288, 16384])
     parser.add_argument("--ctx", type=int, default=8192)
@@ -90,11 +94,13 @@ def main() -> None:
             deployment = Deployment(name=name, profile=profile)
             print(f"{name}: {profile.n_blocks} blocks, {sum(profile.block_weight_bytes) / GiB:.1f} GiB of blocks")
             for vram in args.vram_gib:
-                print(f" one {vram} GiB GPU")
-                where = cluster(vram)
+                sizes = [int(size) for size in vram.split("+")]
+                print(f" GPUs of {' + '.join(map(str, sizes))} GiB on one worker")
+                where = cluster(sizes)
                 started = time.perf_counter()
                 planned = plan(where, deployment, CONFIG, profile, explain=False)
-                print(row("planner (MoE stage)", shape, profile, planned.layout, time.perf_counter() - started))
+                solver = next((s.status.value for s in planned.stats if s.engine == "cp-sat"), "-")
+                print(row(f"planner ({solver})", shape, profile, planned.layout, time.perf_counter() - started))
                 started = time.perf_counter()
                 quick, blocks = plan_with_experts(where, deployment, CONFIG, profile)
                 layout = None if quick.layout is None else with_host_experts(quick.layout, blocks)
