@@ -6,7 +6,9 @@ a fleet, placing the replicas comes first. So a ranged deployment (``ctx_auto``,
 largest that keeps its tiers, ``layerfit.context``). When that fleet leaves a replica unplaced or
 layers or experts on the host, the fleet is planned again with every ranged deployment at the smallest
 context of its range, and that plan wins when it is better on the fleet's first two tiers
-(priority weight placed, layers on GPUs); otherwise the larger contexts stay.
+(priority weight placed, layers on GPUs); otherwise the larger contexts stay. Each of the two
+fleet plans gets half the fleet's time limit; each ranged deployment's own context choice takes
+the planner's time limit on top.
 """
 
 from __future__ import annotations

@@ -157,7 +157,8 @@ def plan_fleet(
     if any(d.has_ctx_range for d in fleet.deployments):
         from layerfit.fleet.contexts import plan_with_contexts
 
-        return plan_with_contexts(fleet, planner_config, lambda fixed: plan_fleet(fixed, config, planner_config))
+        half = config.model_copy(update={"time_limit_s": config.time_limit_s / 2})  # up to two fleet plans
+        return plan_with_contexts(fleet, planner_config, lambda fixed: plan_fleet(fixed, half, planner_config))
     original = fleet
     started = time.perf_counter()
     deadline = Deadline.after(config.time_limit_s)
