@@ -2,13 +2,18 @@
 
 A ``Deadline`` is a point on ``time.perf_counter``'s clock. Stages that loop check it between
 steps and stop with their best so far (saying so in their ``EngineStats``); stages that call
-CP-SAT pass the remaining seconds on as its time limit.
+CP-SAT pass the remaining seconds on as its time limit. Set-up loops with nothing to return half
+way (the solver's instance) call ``check()``, which raises ``DeadlinePassed`` for the stage to catch.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+
+
+class DeadlinePassed(Exception):
+    """Raised by ``Deadline.check()``: the stage has no time left and gives up."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,11 @@ class Deadline:
 
     def expired(self) -> bool:
         return time.perf_counter() >= self.at
+
+    def check(self) -> None:
+        """``DeadlinePassed`` once the deadline has passed."""
+        if self.expired():
+            raise DeadlinePassed
 
     def share(self, fraction: float) -> Deadline:
         """A deadline ``fraction`` of the remaining time from now (never later than this one)."""

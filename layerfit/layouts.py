@@ -3,6 +3,8 @@ layouts for one deployment that callers then check with the memory model."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -13,17 +15,16 @@ from layerfit.memory import layout_from_flags, make_layout
 
 def single_gpu_layouts(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
-) -> list[Layout]:
-    """A full offload on each (selected) GPU of the cluster, fitting or not."""
+) -> Iterator[Layout]:
+    """A full offload on each (selected) GPU of the cluster, fitting or not; made one at a time, so
+    that a caller with a deadline can stop between them."""
     selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
-    layouts = []
     for worker in cluster.workers:
         for gpu in worker.gpus:
             if selected is not None and (worker.name, gpu.index) not in selected:
                 continue
             block = DeviceAssignment(worker=worker.name, gpu_index=gpu.index, blocks=profile.n_blocks)
-            layouts.append(make_layout(worker.name, profile.n_blocks, [block], config.offload_order))
-    return layouts
+            yield make_layout(worker.name, profile.n_blocks, [block], config.offload_order)
 
 
 def worker_layouts(worker: Worker, profile: MemoryProfile, config: PlannerConfig) -> list[Layout]:

@@ -26,7 +26,7 @@ from layerfit.memory import claims
 from layerfit.usage import use_of
 
 if TYPE_CHECKING:
-    from layerfit.solver.result import SolveResult
+    pass
 
 HEURISTIC_SHARE = 0.25
 """Share of the time limit the heuristic may use before the solver starts."""
@@ -112,11 +112,14 @@ def plan(
     Time: every stage shares one budget of ``config.time_limit_s`` (or ``deadline``, when sooner).
     The heuristic may use ``HEURISTIC_SHARE`` of it, the solver (alternatives included) what is
     left (it is not started with less than ``MIN_SOLVER_TIME_S``), the relaxations of ``explain``
-    what the solver left. Beyond the budget come only steps that are not interrupted: building a
-    CP-SAT model, checking the returned layouts, one heuristic step and, for ``explain``, one
-    layout of the memory-to-free scan. ``benchmarks/time_bounds.py`` measures the total: with a
-    1 s limit about 1.0 s on 24 GPUs / 16 RPC candidates and 1.1-1.6 s on 1,024 GPUs with
-    ``explain`` (a shared two-core machine); it allows 0.75 s beyond the limit. A stage that hit
+    what the solver left; each relaxed plan gets its share of what is left. The solver's set-up
+    checks the deadline per worker and gives up past it. Beyond the budget come only steps that are
+    not interrupted: building one worker's part of the solver instance or a CP-SAT model, checking
+    the returned layouts, one heuristic step (the heuristic's views of the cluster: about 0.1 s on
+    1,024 GPUs) and, for ``explain``, one layout of the memory-to-free scan.
+    ``benchmarks/time_bounds.py`` measures the total: with a 1 s limit 1.00-1.03 s on 24 GPUs / 16
+    RPC candidates and median 1.00-1.09 s, max 1.01-1.11 s on 1,024 GPUs with ``explain`` (a
+    shared two-core machine under load); it allows 0.75 s beyond the limit. A stage that hit
     its limit says so in its ``EngineStats`` (``truncated`` in the heuristic's and explain's
     details, the solver's status).
     """
@@ -134,7 +137,7 @@ def plan(
     engine_profile = profile if decided else profile_with_host_experts(profile, fixed)
     hint = quick.layout if quick.layout is None or not decided else with_host_experts(quick.layout, fixed)
     if deadline.remaining() < MIN_SOLVER_TIME_S:
-        result = _solver_skipped(deployment)
+        result = solver.not_run(deployment)
     else:
         result = solver.solve(cluster, deployment, engine_profile, _within(config, deadline), hint=hint)
     stats = (*quick.stats, result.stats)
@@ -258,14 +261,6 @@ def profile_at_ctx(deployment: Deployment, ctx_size: int) -> MemoryProfile:
     base = deployment.params.effective_ctx_size
     kv = tuple(-(-size * ctx_size // base) for size in deployment.profile.block_kv_bytes)
     return deployment.profile.model_copy(update={"block_kv_bytes": kv})
-
-
-def _solver_skipped(deployment: Deployment) -> SolveResult:
-    """The solver's answer when the heuristic left too little time: not run (UNKNOWN)."""
-    from layerfit.solver.result import SolveResult
-
-    stats = EngineStats(engine="cp-sat", wall_time_s=0.0, status=Status.UNKNOWN, details={"truncated": "deadline"})
-    return SolveResult(deployment=deployment.name, status=Status.UNKNOWN, wall_time_s=0.0, stats=stats)
 
 
 def _within(config: PlannerConfig, deadline: Deadline) -> PlannerConfig:

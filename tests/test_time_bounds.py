@@ -112,3 +112,17 @@ def test_same_input_same_plan_json_with_alternatives() -> None:
     assert first.model_dump_json(exclude={"stats"}) == second.model_dump_json(exclude={"stats"})
     solver = first.stats[1]
     assert solver.engine == "cp-sat" and solver.details["truncated"] == ""
+
+
+def test_solver_set_up_stops_at_its_deadline() -> None:
+    # 1,024 GPUs: preparing the instance alone takes 0.2-0.4 s; it now checks the deadline per
+    # worker and gives up (before, it ran to the end and CP-SAT started past the deadline).
+    from layerfit.deadline import DeadlinePassed
+    from layerfit.solver import solve
+    from layerfit.solver.instance import build_instance
+
+    target = rpc_cluster(255)
+    with pytest.raises(DeadlinePassed):
+        build_instance(target, DISTRIBUTED, PROFILE, PlannerConfig(), deadline=Deadline(time.perf_counter()))
+    result = solve(target, DISTRIBUTED, PROFILE, PlannerConfig(time_limit_s=1e-6))
+    assert result.status is Status.UNKNOWN and result.stats.details["truncated"] == "deadline"

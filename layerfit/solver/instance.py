@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from itertools import chain, pairwise
 
+from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster, Gpu, Worker
 from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
@@ -205,9 +206,11 @@ def build_instance(
     config: PlannerConfig,
     *,
     experts: bool = False,
+    deadline: Deadline | None = None,
 ) -> Instance:
     """Prepare one deployment for the model: rules, scaled costs, candidate workers and GPUs.
-    ``experts``: where the experts go is a decision of the model."""
+    ``experts``: where the experts go is a decision of the model. ``DeadlinePassed`` once
+    ``deadline`` has passed (checked per worker: on 1,024 GPUs this takes about 0.3 s)."""
     rules = _rules(deployment, profile, config, experts=experts)
     raw = memory_costs(profile)
     raw_experts = expert_costs(profile) if experts else None
@@ -223,6 +226,8 @@ def build_instance(
     workers: list[WorkerView] = []
     classes: list[GpuClass] = []
     for worker in cluster.workers:
+        if deadline is not None:
+            deadline.check()
         main_ok = (selection is None or worker.name in {name for name, _ in selection}) and (
             worker.allocatable_ram_bytes >= min_main_ram
         )
@@ -242,6 +247,8 @@ def build_instance(
                 classes=tuple(range(first, len(classes))),
             )
         )
+    if deadline is not None:
+        deadline.check()
     workers, classes = _tie_break_sizes(workers, classes)
     workers = _mark_twins(workers, classes)
     max_devices = _max_devices(profile.n_layers, rules)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
+from layerfit.deadline import Deadline, DeadlinePassed
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -142,8 +143,16 @@ def solve(
         return solve_with_experts(cluster, deployment, profile, config, hint)
     clock = _Clock(config.time_limit_s)
     trace = _Trace()
-    instance = build_instance(cluster, deployment, profile, config)
+    # Without a hint the set-up stops at the deadline (UNKNOWN); a hint that proves valid is the
+    # answer however late, so with one the instance is always built.
+    deadline = Deadline.after(config.time_limit_s)
+    try:
+        instance = build_instance(cluster, deployment, profile, config, deadline=None if hint is not None else deadline)
+    except DeadlinePassed:
+        return not_run(deployment, clock.elapsed())
     incumbent = incumbent_of(cluster, deployment, profile, config, hint)
+    if incumbent is None and deadline.expired():
+        return not_run(deployment, clock.elapsed())
     if incumbent is not None:
         trace.incumbent = "valid"
     if shortcuts:
@@ -183,6 +192,14 @@ def solve(
         objective=objective,
         bound=objective if outcome.strict_proven else outcome.bound,
     )
+
+
+def not_run(deployment: Deployment, wall_time_s: float = 0.0) -> SolveResult:
+    """The answer when the time ran out before CP-SAT could start: UNKNOWN, truncated by the deadline."""
+    stats = EngineStats(
+        engine=ENGINE, wall_time_s=wall_time_s, status=Status.UNKNOWN, details={"truncated": "deadline"}
+    )
+    return SolveResult(deployment=deployment.name, status=Status.UNKNOWN, wall_time_s=wall_time_s, stats=stats)
 
 
 def _shortcut(
