@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from itertools import pairwise
 from typing import Annotated, Any, Literal, Self
 
@@ -34,6 +34,12 @@ def parse_size(value: Any) -> Any:
     """Accept ``"80 GiB"``, ``"512MiB"``, ``"1.5 GB"`` as well as plain integers (bytes)."""
     if not isinstance(value, str):
         return value
+    return _size_of_text(value)
+
+
+@lru_cache(maxsize=4096)
+def _size_of_text(value: str) -> int:
+    """``parse_size`` of one string, remembered: a large cluster file repeats the same few sizes."""
     match = _SIZE_PATTERN.match(value)
     unit = match["unit"].lower() if match else ""
     if match is None or unit not in _UNITS:
