@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -202,3 +203,15 @@ def test_an_encoder_planned_as_a_generation_model_is_estimated_as_embeddings_and
     assert as_llm.main == as_embedding.main and as_llm.output_compute_bytes == 0
     assert any("bert is not causal" in w and "kind is llm" in w for w in as_llm.warnings)
     assert not any("not causal" in w for w in as_embedding.warnings)
+
+
+def test_estimate_models_the_embedding_switches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # estimate has no kind of its own: the switches decide it (before: ignored, a generation run)
+    path = str(write_tiny(tmp_path, data="header"))
+    runs = {}
+    for extra in ([], ["--embedding"], ["--pooling", "rank", "--embedding"]):
+        assert main(["estimate", path, "--json", *extra]) == 0
+        runs[" ".join(extra)] = json.loads(capsys.readouterr().out)["parameters"]
+    assert [run["embedding"] for run in runs.values()] == [False, True, True]
+    assert main(["estimate", path, "--rerank", "--pooling", "mean"]) == EXIT_BAD_INPUT
+    assert "--pooling: contradicts the other embedding or reranking flags" in capsys.readouterr().err

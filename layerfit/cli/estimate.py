@@ -38,12 +38,15 @@ def llama_flags_help() -> str:
 
 def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit import estimators
+    from layerfit.domain.choices import ModelKind
+    from layerfit.domain.flags import kind_of_switches
     from layerfit.domain.params import LlamaParams
     from layerfit.estimators.report import estimate_report, estimate_table
 
     params = LlamaParams.from_args(rest)
+    kind = ModelKind(kind_of_switches(params.extra))  # --embedding, --rerank: an embedding or reranking run
     shape = estimators.read_gguf(args.model)
-    report = estimate_report(shape, params)
+    report = estimate_report(shape, params, kind=kind)
     print(report.model_dump_json(indent=2) if args.json else estimate_table(shape, report))
     return EXIT_PLACED
 

@@ -18,6 +18,7 @@ __all__ = [
     "all_flags",
     "closest_flag",
     "kind_contradiction",
+    "kind_of_switches",
     "lookup",
     "refusal",
 ]
@@ -126,3 +127,15 @@ def kind_contradiction(kind: str, args: Sequence[str]) -> InputError | None:
                 f"set kind {wanted} (--kind, or GPUStack's model category) or remove the flag",
             )
     return None
+
+
+def kind_of_switches(args: Sequence[str]) -> str:
+    """The deployment kind the embedding and reranking switches in ``args`` ask for (``llm``
+    without any), for callers that have no kind of their own (``layerfit estimate``); an error
+    naming the flag when they contradict each other."""
+    for kind in ("llm", "embedding", "reranker"):
+        if kind_contradiction(kind, args) is None:
+            return kind
+    problem = kind_contradiction("reranker", args) or kind_contradiction("embedding", args)
+    assert problem is not None
+    raise InputError(problem.field, "contradicts the other embedding or reranking flags: give one consistent set")
