@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_fleet import worker
 
 from layerfit.domain import Cluster, Deployment, DeviceAssignment, GiB, Layout, MemoryProfile, PlannerConfig
-from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan
+from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement
 from layerfit.fleet import choose, plan_fleet, valid_candidates
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.master import priority_weights
@@ -102,7 +102,7 @@ def test_bounds_against_brute_force(fleet: Fleet) -> None:
     best = brute_force(fleet)
     assert best.status.value == "optimal"
     plan = plan_fleet(fleet, WITH_CG, PLANNER)
-    placed, layers = plan.bounds
+    placed, layers = plan.bounds[:2]
     assert placed.over == "all layouts" and layers.over == "all layouts"
     optimum = best.objective[:2]
     # no plan is better than the optimum; the bounds are never below it
@@ -114,6 +114,11 @@ def test_bounds_against_brute_force(fleet: Fleet) -> None:
     assert placed.bound <= trivial + 1e-6
     if placed.closed:
         assert placed.bound <= knapsack_bound(fleet, all_columns(fleet)) + 1e-6
+    # moves and GPUs/workers: the master's lower bound over the candidates, never above the count
+    assert len(plan.bounds) == len(plan.objective)
+    for tier, value in zip(plan.bounds[2:], plan.objective[2:], strict=True):
+        assert tier.over == "candidates" and tier.value == -value and tier.bound <= tier.value + 1e-6
+        assert tier.gap == 0 or plan.status.value != "optimal"
     # where column generation closes the gap, the plan is the brute-force optimum
     if placed.gap == 0:
         assert plan.objective[0] == optimum[0]
@@ -162,3 +167,20 @@ def test_pricing_against_every_layout(fleet: Fleet, gpu_prices: list[float], lay
             (found,) = priced.layouts
             assert found in options
             assert claim_value(fleet.cluster, prices, *found) >= best - 2e-3
+
+
+def test_pins_bound_the_lp() -> None:
+    # Workers of one GPU each, 24 and 12 GiB: a (20.5 GiB) fits only on the 24 GiB GPU, b (10.5 GiB)
+    # on either, neither across workers. With b pinned on the 24 GiB GPU a cannot be placed: the LP
+    # with the pin as a lower bound proves the plan (one replica) optimal; without it, it bounds two.
+    cluster = Cluster(workers=(worker("w", 24), worker("v", 12)))
+    a, b = deployment("a", 20, 1, 0), deployment("b", 10, 1, 0)
+    whole = [DeviceAssignment(worker="w", gpu_index=0, blocks=N_BLOCKS)]
+    on_big = make_layout("w", N_BLOCKS, whole, PLANNER.offload_order)
+    free = Fleet(cluster=cluster, deployments=(a, b))
+    assert len(plan_fleet(free, WITH_CG, PLANNER).placements) == 2
+    pinned = free.model_copy(update={"current": (Placement(deployment="b", layout=on_big, pinned=True),)})
+    plan = plan_fleet(pinned, WITH_CG, PLANNER)
+    assert [p.deployment for p in plan.placements] == ["b"]
+    placed = plan.bounds[0]
+    assert placed.over == "all layouts" and placed.bound < 2 and placed.gap == 0.0

@@ -179,7 +179,9 @@ class TierBound(Frozen):
     """The plan's value on this tier."""
     bound: float
     """No plan beats this; for the layers tier: no plan that places at least ``placed_floor``
-    (the plan's own priority weight, so the best plan overall is among them)."""
+    (the plan's own priority weight, so the best plan overall is among them). On the minimised
+    tiers (replicas moved, GPUs and workers used) ``value`` is the count and ``bound`` a lower
+    bound, among the plans with the earlier tiers' values."""
     gap: float
     """``(bound - value) / max(1, |bound|)``; 0 when the tier is proven optimal."""
     over: Literal["all layouts", "candidates"]

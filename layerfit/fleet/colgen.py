@@ -14,7 +14,7 @@ weight, every plan's tier value is at most
 
 where one replica's value on layout ``c`` is ``tier value of c + lam * weight - pi . claims(c)``
 and the best value is bounded by pricing over all layouts. It holds for integer plans (pins
-included, which only restrict them) whatever the prices, so every round gives a valid bound and
+included: they only restrict them) whatever the prices, so every round gives a valid bound and
 the smallest is kept. When no column has a positive reduced cost it meets the LP's value: the LP
 bound over all layouts. The LP works in exact bytes (MiB as fractions), so the bound holds for the
 byte-exact problem, not only for the master's MiB-rounded one.
@@ -77,8 +77,9 @@ def solve_lp(
     weights: Mapping[str, int],
     tier: str,
     placed_floor: float = 0.0,
+    pins: Mapping[str, Mapping[Layout, int]] | None = None,
 ) -> LpSolution:
-    """The master's LP relaxation for one tier (pins left out: a relaxation), with its duals."""
+    """The master's LP relaxation for one tier, pinned replicas as lower bounds, with its duals."""
     solver = pywraplp.Solver.CreateSolver("GLOP")
     if solver is None:
         raise SolverError("the GLOP linear solver is not available")
@@ -87,7 +88,11 @@ def solve_lp(
     objective, placed = [], []
     replica_rows = []
     for d, (deployment, options) in enumerate(zip(deployments, columns, strict=True)):
-        row = [solver.NumVar(0.0, deployment.replicas, f"x_{d}_{c}") for c in range(len(options))]
+        pinned = (pins or {}).get(deployment.name, {})
+        row = [
+            solver.NumVar(float(min(pinned.get(layout, 0), deployment.replicas)), deployment.replicas, f"x_{d}_{c}")
+            for c, (layout, _) in enumerate(options)
+        ]
         replica_rows.append(solver.Add(sum(row) <= deployment.replicas) if row else None)
         for var, (layout, claims) in zip(row, options, strict=True):
             objective.append(column_value(tier, weights[deployment.name], layout) * var)
@@ -140,7 +145,9 @@ class ColumnGeneration:
         weights: Mapping[str, int],
         config: FleetConfig,
         planner_config: PlannerConfig,
+        pins: Mapping[str, Mapping[Layout, int]] | None = None,
     ) -> None:
+        self.pins = pins or {}
         self.cluster = cluster
         self.deployments = deployments
         self.profiles = profiles
@@ -206,6 +213,17 @@ class ColumnGeneration:
                 total += self.deployments[d].replicas * max(0.0, best)
         return total
 
+    def _lp_bound(self, tier: str, lp: LpSolution, priced: Sequence[Priced]) -> float:
+        """The LP over the columns plus, per deployment, its replicas times the best reduced cost
+        pricing allows: a bound on the LP over all layouts (its dual made feasible by raising each
+        deployment's replica dual), pins included, where the Lagrangian leaves them out."""
+        total = lp.value
+        for group, result in zip(self.groups, priced, strict=True):
+            for d in group:
+                reduced = self._replica_value(tier, d, lp) + result.bound - lp.replica_duals[d]
+                total += self.deployments[d].replicas * max(0.0, reduced)
+        return total
+
     def _add_columns(self, tier: str, lp: LpSolution, priced: Sequence[Priced]) -> int:
         added = 0
         for group, result in zip(self.groups, priced, strict=True):
@@ -232,7 +250,7 @@ class ColumnGeneration:
         complete = True
         lp_value = trivial
         while True:
-            lp = solve_lp(self.cluster, self.deployments, self.columns, self.weights, tier, placed_floor)
+            lp = solve_lp(self.cluster, self.deployments, self.columns, self.weights, tier, placed_floor, self.pins)
             lp_value = lp.value
             if lp.value >= trivial - TOLERANCE * max(1.0, trivial):
                 # The columns already reach the trivial bound: so does the LP over all layouts.
@@ -243,7 +261,7 @@ class ColumnGeneration:
                 break
             priced = self._price_all(lp.prices, self._task_limit(budget))
             rounds += 1
-            bound = self._lagrangian(tier, lp, priced, placed_floor)
+            bound = min(self._lagrangian(tier, lp, priced, placed_floor), self._lp_bound(tier, lp, priced))
             complete = complete and all(result.complete for result in priced)
             if bound < best:
                 best = bound
@@ -264,6 +282,21 @@ class ColumnGeneration:
             columns_added=added_here,
             placed_floor=placed_floor,
         )
+
+
+def reached(tier: str, trivial: float, placed_floor: float = 0.0) -> Bound:
+    """The bound of a tier whose plan reaches its trivial bound (every replica placed, every layer
+    on GPUs): no LP or pricing is needed to prove it over all layouts."""
+    return Bound(
+        tier=tier,
+        value=trivial,
+        over_all_layouts=True,
+        closed=True,
+        lp_value=trivial,
+        rounds=0,
+        columns_added=0,
+        placed_floor=placed_floor,
+    )
 
 
 def gap_of(value: int, bound: float) -> float:

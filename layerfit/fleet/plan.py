@@ -25,7 +25,7 @@ from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Stat
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
-from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, tier_bound, trivial_bounds
+from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, reached, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.master import Master, priority_weights
@@ -127,11 +127,14 @@ def _with_sequential_seed(
     return joined, seed, complete
 
 
-SEED_SHARE = 0.25
+SEED_SHARE = 0.4
 """Share of the time left after candidate generation the one-at-a-time seed may take (it is cut
 short past it)."""
 DECODE_SHARE = 0.05
 """Share of the time left kept for decoding the master's solution and ordering the moves."""
+AGAIN_SHARE = 0.25
+"""With column generation and no column added: the master runs again (from its plan) only with at
+least this share of ``time_limit_s`` left."""
 FIRST_MASTER_SHARE = 0.5
 """With column generation: share of the time left for the master over the candidates alone (the
 plan without pricing, kept unless the master over all columns beats it)."""
@@ -215,16 +218,29 @@ def _with_column_generation(
     than the first one. The bounds hold over all layouts."""
     weights = priority_weights(fleet.deployments)
     trivial_placed, trivial_layers = trivial_bounds(fleet.deployments, profiles, weights)
-    cg = ColumnGeneration(fleet.cluster, fleet.deployments, profiles, candidates, weights, config, planner_config)
+    pins, _ = _pin_reasons(fleet, profiles, planner_config)
+    cg = ColumnGeneration(
+        fleet.cluster, fleet.deployments, profiles, candidates, weights, config, planner_config, pins
+    )
     plan = choose(fleet, profiles, candidates, config, planner_config, seed, deadline.share(FIRST_MASTER_SHARE))
     share = config.column_generation_share
     nominal = config.time_limit_s * (1 - FIRST_MASTER_SHARE) * share
-    placed_bound = cg.run(PLACED, deadline.share(share * 0.6).at, trivial_placed, budget_s=nominal * 0.6)
-    floor = plan.objective[0] if plan.objective else 0
-    layers_bound = cg.run(
-        LAYERS, deadline.share(share * 0.4).at, trivial_layers, placed_floor=floor, budget_s=nominal * 0.4
+    values = plan.objective
+    placed_bound = (
+        reached(PLACED, trivial_placed)
+        if values and values[0] >= trivial_placed
+        else cg.run(PLACED, deadline.share(share * 0.6).at, trivial_placed, budget_s=nominal * 0.6)
     )
-    if (cg.added or plan.status is not Status.OPTIMAL) and deadline.remaining() > 0.2:
+    floor = values[0] if values else 0
+    layers_bound = (
+        reached(LAYERS, trivial_layers, floor)
+        if len(values) > 1 and values[1] >= trivial_layers
+        else cg.run(LAYERS, deadline.share(share * 0.4).at, trivial_layers, placed_floor=floor, budget_s=nominal * 0.4)
+    )
+    # Again over all columns when pricing added some, or to go on with a plan not proven while a
+    # good part of the time is left.
+    unproven = plan.status is not Status.OPTIMAL and deadline.remaining() > config.time_limit_s * AGAIN_SHARE
+    if (cg.added and deadline.remaining() > 0.2) or unproven:
         start = [(p.deployment, p.layout) for p in plan.placements]
         again = choose(fleet, profiles, cg.candidate_sets(), config, planner_config, start, deadline)
         if again.objective > plan.objective:
@@ -233,6 +249,7 @@ def _with_column_generation(
     bounds = (
         tier_bound(placed_bound, values[0] if values else 0),
         tier_bound(layers_bound, values[1] if len(values) > 1 else 0),
+        *plan.bounds[2:],
     )
     stats = plan.stats[0].model_copy(
         update={
@@ -342,11 +359,16 @@ def choose(
 
 
 def candidate_bounds(outcome: TierOutcome) -> tuple[TierBound, ...]:
-    """The master's own bounds on the first two tiers: relative to the candidates only."""
-    return tuple(
-        TierBound(tier=name, value=value, bound=bound, gap=gap_of(value, bound), over="candidates")
-        for name, value, bound in zip(TIER_NAMES[:2], outcome.values, outcome.master_bounds, strict=False)
-    )
+    """The master's own bound on every tier it solved, relative to the candidates only (each among
+    the plans with the earlier tiers' values). Minimised tiers (moves, GPUs and workers) give their
+    count as the value and a lower bound."""
+    bounds = []
+    for position, (value, bound) in enumerate(zip(outcome.values, outcome.master_bounds, strict=False)):
+        maximised = position < 2
+        count = value if maximised else -value
+        gap = gap_of(value, bound if maximised else -bound)
+        bounds.append(TierBound(tier=TIER_NAMES[position], value=count, bound=bound, gap=gap, over="candidates"))
+    return tuple(bounds)
 
 
 def _unplaced_reason(deployment: Deployment, options: CandidateSet) -> Reason:
