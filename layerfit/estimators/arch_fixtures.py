@@ -19,44 +19,19 @@ from pathlib import Path
 from gguf import Keys
 
 from layerfit.estimators.arch_fixtures_recurrent import RECURRENT_MODELS, RECURRENT_TABLES
+from layerfit.estimators.arch_spec import MAMBA2, NORM_EPS, arch_spec
 from layerfit.estimators.synthetic import F32, DataMode, ModelSpec, Q, TensorSpec, tensor_table, write_gguf
 
 TOKENIZER = "test"
 """llama.cpp's hashing tokenizer: any prompt tokenizes, no merges or special tokens needed."""
 
-_COMMON: dict[str, object] = {
-    "block_count": 4,
-    "embedding_length": 1024,
-    "feed_forward_length": 2816,
-    "head_count": 8,
-    "head_count_kv": 2,
-    "head_dim": 128,
-    "vocab_size": 32000,
-    "context_length": 16384,
-}
-_NORM_EPS: dict[str, object] = {Keys.Attention.LAYERNORM_EPS: 1e-5}
-
-
-def _spec(name: str, architecture: str, **fields: object) -> ModelSpec:
-    values = {**_COMMON, "name": name, "architecture": architecture, **fields}
-    return ModelSpec.model_validate(values)
-
-
-_MAMBA: dict[str, object] = {
-    "ssm_inner_size": 2048,
-    "ssm_state_size": 128,
-    "ssm_conv_kernel": 4,
-    "ssm_group_count": 1,
-    "ssm_head_count": 32,
-}
-
 ARCH_MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        _spec("llama-q4_0", "llama", weight_type=Q.Q4_0, embedding_type=Q.Q8_0),
-        _spec("qwen2-q8_0", "qwen2", weight_type=Q.Q8_0, attention_bias=True, tied_embeddings=True),
-        _spec("qwen3-f16", "qwen3", weight_type=Q.F16, head_count=16, qk_norm=True),
-        _spec(
+        arch_spec("llama-q4_0", "llama", weight_type=Q.Q4_0, embedding_type=Q.Q8_0),
+        arch_spec("qwen2-q8_0", "qwen2", weight_type=Q.Q8_0, attention_bias=True, tied_embeddings=True),
+        arch_spec("qwen3-f16", "qwen3", weight_type=Q.F16, head_count=16, qk_norm=True),
+        arch_spec(
             "qwen3moe-q8_0",
             "qwen3moe",
             weight_type=Q.Q8_0,
@@ -65,7 +40,7 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             expert_used_count=4,
             expert_feed_forward_length=512,
         ),
-        _spec(
+        arch_spec(
             "gemma2-q8_0",
             "gemma2",
             block_count=4,
@@ -75,7 +50,7 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             sliding_window=256,
             head_count_kv=4,
         ),
-        _spec(
+        arch_spec(
             "gemma3-q4_k",
             "gemma3",
             block_count=6,
@@ -87,17 +62,17 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             sliding_window=256,
             head_count_kv=4,
         ),
-        _spec("phi-fused-q4_0", "phi3", weight_type=Q.Q4_0, embedding_type=Q.Q8_0, head_count_kv=8),
-        _spec("command-r-f16", "command-r", weight_type=Q.F16, tied_embeddings=True, metadata=_NORM_EPS),
-        _spec(
+        arch_spec("phi-fused-q4_0", "phi3", weight_type=Q.Q4_0, embedding_type=Q.Q8_0, head_count_kv=8),
+        arch_spec("command-r-f16", "command-r", weight_type=Q.F16, tied_embeddings=True, metadata=NORM_EPS),
+        arch_spec(
             "cohere2-q8_0",
             "cohere2",
             weight_type=Q.Q8_0,
             tied_embeddings=True,
             sliding_window=256,
-            metadata={**_NORM_EPS, Keys.LLM.LOGIT_SCALE: 0.25},
+            metadata={**NORM_EPS, Keys.LLM.LOGIT_SCALE: 0.25},
         ),
-        _spec(
+        arch_spec(
             "deepseek2-q8_0",
             "deepseek2",
             weight_type=Q.Q8_0,
@@ -113,7 +88,7 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             expert_shared_feed_forward_length=512,
             leading_dense_block_count=1,
         ),
-        _spec(
+        arch_spec(
             "gpt-oss-mxfp4",
             "gpt-oss",
             weight_type=Q.F16,
@@ -128,17 +103,17 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             sliding_window=128,
             attention_bias=True,
         ),
-        _spec("mamba2-f16", "mamba2", weight_type=Q.F16, feed_forward_length=0, **_MAMBA),
-        _spec(
+        arch_spec("mamba2-f16", "mamba2", weight_type=Q.F16, feed_forward_length=0, **MAMBA2),
+        arch_spec(
             "granitehybrid-q8_0",
             "granitehybrid",
             block_count=6,
             weight_type=Q.Q8_0,
             tied_embeddings=True,
             attention_layers=(2, 5),
-            **_MAMBA,
+            **MAMBA2,
         ),
-        _spec(
+        arch_spec(
             "bert-f16",
             "bert",
             weight_type=Q.F16,
@@ -149,9 +124,9 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             vocab_size=30522,
             context_length=2048,
             encoder=True,
-            metadata={**_NORM_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2},
+            metadata={**NORM_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2},
         ),
-        _spec(
+        arch_spec(
             "nomic-bert-f16",
             "nomic-bert",
             weight_type=Q.F16,
@@ -162,7 +137,7 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             vocab_size=30522,
             context_length=2048,
             encoder=True,
-            metadata={**_NORM_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2},
+            metadata={**NORM_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2},
         ),
     )
 } | RECURRENT_MODELS

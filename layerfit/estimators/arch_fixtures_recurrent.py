@@ -20,28 +20,15 @@ from collections.abc import Callable, Iterator
 
 from gguf import Keys
 
+from layerfit.estimators.arch_spec import MAMBA2, NORM_EPS, arch_spec
 from layerfit.estimators.synthetic import F32, ModelSpec, Q, TensorSpec
 
 Table = list[TensorSpec]
-_LN_EPS: dict[str, object] = {Keys.Attention.LAYERNORM_EPS: 1e-5}
-_TOKEN_TYPES: dict[str, object] = {**_LN_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2}
+_TOKEN_TYPES: dict[str, object] = {**NORM_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2}
 
 
-def _spec(name: str, architecture: str, **fields: object) -> ModelSpec:
-    values: dict[str, object] = {
-        "block_count": 4,
-        "embedding_length": 1024,
-        "feed_forward_length": 2816,
-        "head_count": 8,
-        "head_count_kv": 2,
-        "head_dim": 128,
-        "vocab_size": 32000,
-        "context_length": 16384,
-        "name": name,
-        "architecture": architecture,
-        **fields,
-    }
-    return ModelSpec.model_validate(values)
+_MAMBA1: dict[str, object] = {"ssm_inner_size": 2048, "ssm_state_size": 16, "ssm_conv_kernel": 4, "ssm_head_count": 64}
+"""Mamba-1 mixers (``ssm_head_count`` is written as the dt rank)."""
 
 
 _ENCODER: dict[str, object] = {
@@ -58,17 +45,14 @@ _ENCODER: dict[str, object] = {
 RECURRENT_MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        _spec(
+        arch_spec(
             "mamba-f16",
             "mamba",
             weight_type=Q.F16,
             feed_forward_length=0,
-            ssm_inner_size=2048,
-            ssm_state_size=16,
-            ssm_conv_kernel=4,
-            ssm_head_count=64,  # dt_rank
+            **_MAMBA1,
         ),
-        _spec(
+        arch_spec(
             "jamba-q8_0",
             "jamba",
             weight_type=Q.Q8_0,
@@ -76,36 +60,25 @@ RECURRENT_MODELS: dict[str, ModelSpec] = {
             attention_layers=(2,),
             expert_count=4,
             expert_used_count=2,
-            ssm_inner_size=2048,
-            ssm_state_size=16,
-            ssm_conv_kernel=4,
-            ssm_head_count=64,
+            **_MAMBA1,
         ),
-        _spec(
+        arch_spec(
             "falcon-h1-f16",
             "falcon-h1",
             weight_type=Q.F16,
             attention_layers=(0, 1, 2, 3),
-            ssm_inner_size=2048,
-            ssm_state_size=128,
-            ssm_conv_kernel=4,
-            ssm_group_count=1,
-            ssm_head_count=32,
+            **MAMBA2,
         ),
-        _spec(
+        arch_spec(
             "nemotron_h-q8_0",
             "nemotron_h",
             block_count=6,
             weight_type=Q.Q8_0,
             attention_layers=(3,),
-            ssm_inner_size=2048,
-            ssm_state_size=128,
-            ssm_conv_kernel=4,
-            ssm_group_count=2,
-            ssm_head_count=32,
-            metadata={**_LN_EPS, Keys.LLM.FEED_FORWARD_LENGTH: (0, 2816, 0, 0, 0, 2816)},
+            **{**MAMBA2, "ssm_group_count": 2},
+            metadata={**NORM_EPS, Keys.LLM.FEED_FORWARD_LENGTH: (0, 2816, 0, 0, 0, 2816)},
         ),
-        _spec(
+        arch_spec(
             "nomic-bert-moe-f16",
             "nomic-bert-moe",
             **{**_ENCODER, "feed_forward_length": 2048},
@@ -113,9 +86,9 @@ RECURRENT_MODELS: dict[str, ModelSpec] = {
             expert_used_count=2,
             metadata={**_TOKEN_TYPES, Keys.LLM.MOE_EVERY_N_LAYERS: 2},
         ),
-        _spec("jina-bert-v2-f16", "jina-bert-v2", **_ENCODER, metadata=_TOKEN_TYPES),
-        _spec("modern-bert-f16", "modern-bert", **_ENCODER, sliding_window=128, metadata=_LN_EPS),
-        _spec("neo-bert-f16", "neo-bert", **_ENCODER, metadata={Keys.Attention.LAYERNORM_RMS_EPS: 1e-5}),
+        arch_spec("jina-bert-v2-f16", "jina-bert-v2", **_ENCODER, metadata=_TOKEN_TYPES),
+        arch_spec("modern-bert-f16", "modern-bert", **_ENCODER, sliding_window=128, metadata=NORM_EPS),
+        arch_spec("neo-bert-f16", "neo-bert", **_ENCODER, metadata={Keys.Attention.LAYERNORM_RMS_EPS: 1e-5}),
     )
 }
 """One small model per architecture, keyed by file name (architecture and weight type)."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from layerfit.domain.expert_flags import CPU_MOE_FLAGS, N_CPU_MOE_FLAGS, ExpertFlags, compile_pattern
 from layerfit.errors import InputError
-from layerfit.estimators.shape import BLOCK_PREFIX, OUTPUT_PREFIXES, ModelShape
+from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
+from layerfit.estimators.shape import ModelShape
 
 
 @dataclass(frozen=True)

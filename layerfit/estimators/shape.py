@@ -7,8 +7,6 @@ hold. Missing or mistyped required keys raise ``EstimationError`` naming the key
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from typing import Self
 
 from pydantic import model_validator
@@ -17,12 +15,12 @@ from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.errors import EstimationError
 from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
-from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, MetaValue, TensorInfo, read_header
+from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, TensorInfo, read_header
+from layerfit.estimators.header_access import (
+    MetaReader,
+    TensorGroups,
+)
 
-BLOCK_PREFIX = re.compile(r"^blk\.(\d+)\.")
-EXPERT_TENSOR = re.compile(r"^ffn_(up|down|gate|gate_up)_(ch|)exps")
-"""A block's routed-expert tensors, named after ``blk.N.``: llama.cpp's ``LLM_FFN_EXPS_REGEX``."""
-OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.")
 _FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16})
 POOLING_RANK = 4
 """``pooling_type`` of rerankers."""
@@ -143,125 +141,6 @@ class ModelShape(Frozen):
 
 
 # ---------------------------------------------------------------------------------------------
-# Typed metadata access
-# ---------------------------------------------------------------------------------------------
-
-
-class _Meta:
-    """Typed reads of metadata keys; a wrong type raises ``EstimationError`` naming the key."""
-
-    def __init__(self, path: str, metadata: Mapping[str, MetaValue], arch: str) -> None:
-        self.path = path
-        self.metadata = metadata
-        self.arch = arch
-
-    def key(self, template: str) -> str:
-        return template.format(arch=self.arch)
-
-    def has(self, template: str) -> bool:
-        return self.key(template) in self.metadata
-
-    def integer(self, template: str, default: int | None = None) -> int:
-        key = self.key(template)
-        value = self.metadata.get(key)
-        if value is None:
-            if default is None:
-                raise EstimationError(self.path, key, "required key missing")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise EstimationError(self.path, key, f"expected an integer, got {_describe(value)}")
-        if value < 0:
-            raise EstimationError(self.path, key, f"expected a non-negative integer, got {value}")
-        return value
-
-    def flag(self, template: str, default: bool) -> bool:
-        key = self.key(template)
-        value = self.metadata.get(key, default)
-        if not isinstance(value, bool | int):
-            raise EstimationError(self.path, key, f"expected a boolean, got {_describe(value)}")
-        return bool(value)
-
-    def text(self, template: str) -> str | None:
-        value = self.metadata.get(self.key(template))
-        return value if isinstance(value, str) else None
-
-    def per_layer(self, template: str, n: int, default: int | None) -> tuple[int, ...]:
-        """A scalar broadcast to every layer, or an array with one value per layer."""
-        key = self.key(template)
-        value = self.metadata.get(key)
-        if isinstance(value, tuple):
-            if len(value) != n:
-                raise EstimationError(self.path, key, f"has {len(value)} entries for {n} blocks")
-            if not all(isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value):
-                raise EstimationError(self.path, key, "expected non-negative integers")
-            return tuple(int(item) for item in value)
-        if isinstance(value, ArrayInfo):
-            raise EstimationError(self.path, key, f"array of {value.length} entries for {n} blocks")
-        return (self.integer(template, default),) * n
-
-    def pattern(self, template: str) -> int | tuple[bool, ...] | None:
-        key = self.key(template)
-        value = self.metadata.get(key)
-        if value is None:
-            return None
-        if isinstance(value, tuple):
-            return tuple(bool(item) for item in value)
-        if isinstance(value, int):
-            return int(value)
-        raise EstimationError(self.path, key, f"expected a period or one flag per layer, got {_describe(value)}")
-
-
-def _describe(value: MetaValue) -> str:
-    if isinstance(value, ArrayInfo):
-        return f"an array of {value.length} {value.item_type.name} items"
-    return f"{type(value).__name__} {value!r}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Tensor table
-# ---------------------------------------------------------------------------------------------
-
-
-class _Tensors:
-    """The tensor table grouped into blocks, host-side inputs and the output layer."""
-
-    def __init__(self, tensors: tuple[TensorInfo, ...], n_blocks: int) -> None:
-        self.blocks: list[dict[str, TensorInfo]] = [{} for _ in range(n_blocks)]
-        self.inputs: dict[str, TensorInfo] = {}
-        self.outputs: dict[str, TensorInfo] = {}
-        self.stray: list[str] = []
-        for tensor in tensors:
-            match = BLOCK_PREFIX.match(tensor.name)
-            if match is not None:
-                index = int(match[1])
-                if index < n_blocks:
-                    self.blocks[index][tensor.name[match.end() :]] = tensor
-                    continue
-                self.stray.append(tensor.name)
-                self.inputs[tensor.name] = tensor
-            elif tensor.name.startswith(OUTPUT_PREFIXES):
-                self.outputs[tensor.name] = tensor
-            else:
-                self.inputs[tensor.name] = tensor
-
-    def block_bytes(self) -> tuple[int, ...]:
-        return tuple(sum(t.n_bytes for t in block.values()) for block in self.blocks)
-
-    def expert_bytes(self) -> tuple[int, ...]:
-        return tuple(sum(t.n_bytes for name, t in block.items() if EXPERT_TENSOR.match(name)) for block in self.blocks)
-
-    def dim(self, block: int, name: str, axis: int) -> int:
-        tensor = self.blocks[block].get(name) if block < len(self.blocks) else None
-        return tensor.shape[axis] if tensor is not None and len(tensor.shape) > axis else 0
-
-    def ffn_width(self, block: int, fused_gate_up: bool) -> int:
-        dense = self.dim(block, "ffn_up.weight", 1) or self.dim(block, "ffn_gate.weight", 1)
-        if fused_gate_up and "ffn_gate.weight" not in self.blocks[block]:
-            dense //= 2  # gate and up stacked in ffn_up: the feed-forward is half as wide
-        return dense + self.dim(block, "ffn_up_shexp.weight", 1)
-
-
-# ---------------------------------------------------------------------------------------------
 # Header -> shape
 # ---------------------------------------------------------------------------------------------
 
@@ -276,7 +155,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     if arch == "clip":
         problem = "a multimodal projector, not a language model: pass it as --mmproj"
         raise EstimationError(header.path, Keys.General.ARCHITECTURE, problem)
-    meta = _Meta(header.path, header.metadata, arch)
+    meta = MetaReader(header.path, header.metadata, arch)
     warnings: list[str] = []
     if arch not in arch_rules.KNOWN_ARCHITECTURES:
         warnings.append(f"architecture {arch!r} is not modelled: generic estimate from tensor sizes and head counts")
@@ -288,7 +167,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
             f"{n} blocks, but the file has only {len(header.tensors)} tensors",
         )
     n_embd = meta.integer(Keys.LLM.EMBEDDING_LENGTH)
-    tensors = _Tensors(header.tensors, n)
+    tensors = TensorGroups(header.tensors, n)
     if tensors.stray:
         warnings.append(f"{len(tensors.stray)} tensors name blocks beyond block_count {n}; kept on the host")
     recurrent = _recurrent_layers(meta, arch, n)
@@ -371,7 +250,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     )
 
 
-def _gated(tensors: _Tensors, arch: str) -> bool:
+def _gated(tensors: TensorGroups, arch: str) -> bool:
     """Any block with a gated feed-forward (or none with a feed-forward at all)."""
     has_ffn = [b for b in tensors.blocks if "ffn_up.weight" in b or "ffn_gate.weight" in b]
     if not has_ffn or arch in arch_rules.FUSED_GATE_UP:
@@ -379,7 +258,7 @@ def _gated(tensors: _Tensors, arch: str) -> bool:
     return any("ffn_gate.weight" in b for b in has_ffn)
 
 
-def _recurrent_layers(meta: _Meta, arch: str, n: int) -> tuple[bool, ...]:
+def _recurrent_layers(meta: MetaReader, arch: str, n: int) -> tuple[bool, ...]:
     if arch in arch_rules.RECURRENT or arch in arch_rules.PARALLEL_HYBRID:
         return (True,) * n
     interval = meta.integer(Keys.LLM.FULL_ATTENTION_INTERVAL, 0)
@@ -393,7 +272,13 @@ def _recurrent_layers(meta: _Meta, arch: str, n: int) -> tuple[bool, ...]:
 
 
 def _attention(
-    meta: _Meta, tensors: _Tensors, arch: str, n: int, n_embd: int, recurrent: tuple[bool, ...], warnings: list[str]
+    meta: MetaReader,
+    tensors: TensorGroups,
+    arch: str,
+    n: int,
+    n_embd: int,
+    recurrent: tuple[bool, ...],
+    warnings: list[str],
 ) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
     """Heads and KV heads per layer, key and value lengths."""
     if not meta.has(Keys.Attention.HEAD_COUNT):
@@ -414,7 +299,7 @@ def _attention(
 
 
 def _attention_from_tensors(
-    meta: _Meta, tensors: _Tensors, n: int, n_embd: int, warnings: list[str]
+    meta: MetaReader, tensors: TensorGroups, n: int, n_embd: int, warnings: list[str]
 ) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
     """No head counts in the file: size the KV cache from the key and value projections."""
     key_width = max((tensors.dim(i, "attn_k.weight", 1) for i in range(n)), default=0)
@@ -429,7 +314,7 @@ def _attention_from_tensors(
     return (heads,) * n, heads_kv, key_width, value_width or key_width
 
 
-def _vocab_size(meta: _Meta, token_embd: TensorInfo | None, output: TensorInfo | None) -> int:
+def _vocab_size(meta: MetaReader, token_embd: TensorInfo | None, output: TensorInfo | None) -> int:
     if meta.has(Keys.LLM.VOCAB_SIZE):
         return meta.integer(Keys.LLM.VOCAB_SIZE)
     tokens = meta.metadata.get(Keys.Tokenizer.LIST)
