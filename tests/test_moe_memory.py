@@ -97,6 +97,7 @@ def test_profile_round_trips_through_json() -> None:
         ({"block_expert_bytes": (0, 500, 0, 0)}, "block_expert_bytes[1]"),
         ({"block_expert_bytes": (0, 1)}, "block_expert_bytes"),
         ({"block_expert_bytes": None}, "block_host_expert_bytes"),
+        ({"block_host_weight_bytes": (100, 400, 250, 400)}, "block_host_expert_bytes[2]"),
         ({"fixed_host_experts": (0,)}, "fixed_host_experts"),
         ({"fixed_host_experts": (2, 1)}, "fixed_host_experts"),
     ],

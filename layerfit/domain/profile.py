@@ -195,6 +195,13 @@ class MemoryProfile(Frozen):
             for block, (experts, weights) in enumerate(pairs):
                 if experts > weights:
                     raise InputError(f"block_expert_bytes[{block}]", f"{experts} exceeds the block's weights {weights}")
+            for block in range(n_blocks):
+                host_experts, host_weights = self.host_expert_bytes(block), self.host_weight_bytes(block)
+                if host_experts > host_weights:
+                    raise InputError(
+                        f"block_host_expert_bytes[{block}]",
+                        f"{host_experts} exceeds the block's host weights {host_weights}",
+                    )
         elif self.block_host_expert_bytes is not None:
             raise InputError("block_host_expert_bytes", "given without block_expert_bytes")
         fixed = self.fixed_host_experts or ()
