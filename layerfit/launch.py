@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from layerfit.domain.builds import check_flags, load_mode_args
+from layerfit.domain.choices import ModelKind
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.expert_flags import expert_flags
+from layerfit.domain.flags import kind_switches
 from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.plan import Command
@@ -72,19 +74,22 @@ def server_command(
     program: str = "llama-server",
     extra_args: tuple[str, ...] = (),
     expertless_blocks: Collection[int] = (),
+    kind: ModelKind = ModelKind.LLM,
 ) -> Command:
     """The ``llama-server`` command on the main worker that reproduces ``layout`` exactly.
 
     Experts kept on the host get ``--n-cpu-moe``/``-ot`` (``expertless_blocks``: blocks without
     expert tensors, which ``--n-cpu-moe`` may cover); the user's own tensor overrides are passed on
-    as given instead (the layout then follows them). Every flag suits ``config.llama_cpp_build``:
-    ``InputError`` names a flag the build lacks (or may lack) and why.
+    as given instead (the layout then follows them). An embedding or reranker ``kind`` gets
+    ``--embedding``/``--rerank`` unless the deployment's own flags carry one. Every flag suits
+    ``config.llama_cpp_build``: ``InputError`` names a flag the build lacks (or may lack) and why.
     """
     main = cluster.worker(layout.main_worker)
     build = config.build
     check_flags(params.extra, build, "a tensor override of the deployment")
     own_args = params.model_copy(update={"load_mode": None}).to_args()
-    argv: list[str] = ["-m", model_path, *own_args, *load_mode_args(params.load_mode, build)]
+    argv: list[str] = ["-m", model_path, *own_args, *kind_switches(kind, params.extra)]
+    argv += load_mode_args(params.load_mode, build)
     argv += ["-ngl", str(gpu_layers_flag(layout))]
     if not layout.devices:
         argv += ["--device", "none"]
@@ -136,6 +141,7 @@ def commands(
     programs: Mapping[str, str] | None = None,
     expertless_blocks: Collection[int] = (),
     server_args: tuple[str, ...] = (),
+    kind: ModelKind = ModelKind.LLM,
 ) -> tuple[Command, ...]:
     """RPC servers first (they must be up before the main process connects), then ``llama-server``."""
     names = {"server": "llama-server", "rpc": "rpc-server", **(programs or {})}
@@ -156,5 +162,6 @@ def commands(
         program=names["server"],
         expertless_blocks=expertless_blocks,
         extra_args=server_args,
+        kind=kind,
     )
     return (*rpc, server)

@@ -87,6 +87,7 @@ def evaluate(
             deployment.params,
             config,
             expertless_blocks=expertless_blocks(profile),
+            kind=deployment.kind,
         ),
         **use_of(cluster, layout, candidate.claims),
     )
@@ -177,6 +178,7 @@ def plan(
             deployment.params,
             config,
             expertless_blocks=expertless_blocks(profile),
+            kind=deployment.kind,
         ),
         **use_of(cluster, best.layout, best.claims),
     )

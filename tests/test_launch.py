@@ -13,6 +13,7 @@ from layerfit.domain import (
     Gpu,
     Layout,
     LlamaParams,
+    ModelKind,
     OffloadOrder,
     PlannerConfig,
     Worker,
@@ -119,3 +120,31 @@ def test_rpc_server_without_an_ipv4_address_never_listens_everywhere() -> None:
         _with_remote(rpc_host="0.0.0.0")
     with pytest.raises(ValidationError, match="not an IPv4 address"):
         _with_remote(rpc_host="gpu-r.example")
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "switch"),
+    [
+        ("embedding", [], "--embedding"),
+        ("embedding", ["--pooling", "mean"], "--embedding"),
+        ("reranker", [], "--rerank"),
+        ("reranker", ["--embedding", "--pooling", "rank"], "--rerank"),
+        ("llm", [], None),
+        ("image", [], None),
+    ],
+)
+def test_server_is_started_as_the_kind_it_is_planned_for(kind: str, args: list[str], switch: str | None) -> None:
+    layout = make_layout("main", 4, [DeviceAssignment(worker="main", gpu_index=0, blocks=4)])
+    params = LlamaParams.from_args(args)
+    (server,) = commands(CLUSTER, layout, "m.gguf", params, kind=ModelKind(kind))
+    switches = [arg for arg in server.argv if arg in ("--embedding", "--embeddings", "--rerank", "--reranking")]
+    expected = [arg for arg in args if arg == "--embedding"] + ([switch] if switch else [])
+    assert sorted(switches) == sorted(expected)
+
+
+@pytest.mark.parametrize("own", ["--embeddings", "--rerank"])
+def test_the_deployments_own_switch_is_not_repeated(own: str) -> None:
+    layout = make_layout("main", 4, [])
+    kind = ModelKind.RERANKER if own == "--rerank" else ModelKind.EMBEDDING
+    (server,) = commands(CLUSTER, layout, "m.gguf", LlamaParams.from_args([own]), kind=kind)
+    assert [arg for arg in server.argv if arg.startswith(("--embedding", "--rerank"))] == [own]

@@ -129,6 +129,24 @@ def kind_contradiction(kind: str, args: Sequence[str]) -> InputError | None:
     return None
 
 
+_SWITCH_OF_KIND: dict[str, str] = {"embedding": "--embedding", "reranker": "--rerank"}
+_SERVES_KIND: dict[str, frozenset[str]] = {
+    "embedding": frozenset({"--embedding", "--rerank"}),
+    "reranker": frozenset({"--rerank"}),
+}
+
+
+def kind_switches(kind: str, args: Sequence[str]) -> tuple[str, ...]:
+    """The llama-server switch that serves a deployment of ``kind`` as it is planned: ``--embedding``
+    or ``--rerank`` (llama-server answers no embedding request without one, whatever ``--pooling``
+    says); nothing for ``llm``/``image``, nor when ``args`` already carry such a switch."""
+    switch = _SWITCH_OF_KIND.get(kind)
+    given = {flag.name for token in args if (flag := lookup(token)) is not None}
+    if switch is None or given & _SERVES_KIND[kind]:
+        return ()
+    return (switch,)
+
+
 def kind_of_switches(args: Sequence[str]) -> str:
     """The deployment kind the embedding and reranking switches in ``args`` ask for (``llm``
     without any), for callers that have no kind of their own (``layerfit estimate``); an error

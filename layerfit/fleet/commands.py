@@ -64,6 +64,7 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
             shifted,
             expertless_blocks=expertless_blocks(resolve_profile(deployment)),
             server_args=port,
+            kind=deployment.kind,
         )
         per_replica.append(ReplicaCommands(deployment=placed.deployment, replica=placed.replica, commands=lines))
     placements = tuple(p.model_copy(update=use_of(fleet.cluster, p.layout, p.claims)) for p in plan.placements)
