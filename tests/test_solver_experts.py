@@ -96,12 +96,16 @@ def moe_profiles(draw: st.DrawFn, max_blocks: int, unit: int = 1) -> MemoryProfi
     sometimes, another host size for them."""
     base = draw(profiles(max_blocks, unit))
     weights = base.block_weight_bytes
-    experts = tuple(draw(st.integers(0, w // unit)) * unit for w in weights)
-    if not any(experts):
-        experts = (weights[0], *experts[1:])
     # kept on the host, the experts are part of the block's host weights (never more)
     host_sizes = tuple(draw(st.integers(0, base.host_weight_bytes(b) // unit)) * unit for b in range(len(weights)))
     host = draw(st.none() | st.just(host_sizes))
+    # without their own host sizes the experts cost the host their weights: no more than the block's
+    tops = weights if host is not None else [min(w, base.host_weight_bytes(b)) for b, w in enumerate(weights)]
+    experts = tuple(draw(st.integers(0, top // unit)) * unit for top in tops)
+    if not any(experts):  # some block has experts: the first one's whole weights, kept at no more host RAM
+        experts = (weights[0], *experts[1:])
+        first_host = min(weights[0], base.host_weight_bytes(0))
+        host = host if host is not None else (first_host, *(0,) * (len(weights) - 1))
     return base.model_copy(update={"block_expert_bytes": experts, "block_host_expert_bytes": host})
 
 
