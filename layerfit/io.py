@@ -170,16 +170,17 @@ def load_model(model: type[Model], data: Any, source: str) -> Model:
 
 
 def validation_summary(exc: ValidationError) -> str:
-    """One line per problem: ``workers.0.gpus.1.total_vram_bytes: Input should be ...``."""
+    """One line per problem: ``workers.0.gpus.1.total_vram_bytes: Input should be ...``; a problem of
+    the whole object (a model validator's) is its message alone."""
     lines = []
     for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        message = str(error["msg"])
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
         context = error.get("ctx") or {}
         inner = context.get("error")
         if isinstance(inner, InputError):
             message = str(inner)
-        lines.append(f"{where}: {message}")
+        lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
 
 

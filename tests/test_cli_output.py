@@ -261,6 +261,13 @@ def test_a_build_and_an_offload_order_that_disagree_are_refused(capsys: pytest.C
     assert "llama_cpp_build current (b11434) offloads output-first, not output-last" in capsys.readouterr().err
 
 
+def test_a_whole_object_error_reads_as_one_sentence(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--llama-cpp-build", "b7000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("layerfit: error: command line: layerfit does not know whether llama.cpp b7000")
+    assert "Value error" not in err and "(top level)" not in err
+
+
 def test_planner_config_derives_the_build_and_the_order_from_each_other() -> None:
     from layerfit.domain import PlannerConfig
     from layerfit.domain.config import LlamaCppBuild, OffloadOrder
