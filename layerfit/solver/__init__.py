@@ -12,6 +12,7 @@ bounds (``bounds``) and dominance pruning (``prune``), each exact for the tiers 
 """
 
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.search import layout_is_feasible_in_model, not_run, solve
+from layerfit.solver.search import layout_is_feasible_in_model, solve
+from layerfit.solver.trace import not_run
 
 __all__ = ["SolveResult", "TierValues", "layout_is_feasible_in_model", "not_run", "solve"]

@@ -22,6 +22,7 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, Status
 from layerfit.domain.profile import MemoryProfile
+from layerfit.solver.alternatives import alternatives_after
 from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_of
 from layerfit.solver.constraints.experts import experts_on_gpus
@@ -30,14 +31,8 @@ from layerfit.solver.objective import tie_break
 from layerfit.solver.progress import Measure, Tier, tie_break_measure
 from layerfit.solver.result import SolveResult, TierValues
 from layerfit.solver.runner import Run, hint_layout, run, set_full_hint
-from layerfit.solver.search import (
-    HINT_TIME_FRACTION,
-    MIN_TIE_BREAK_TIME_S,
-    _Clock,
-    _result,
-    _Trace,
-    alternatives_after,
-)
+from layerfit.solver.search import HINT_TIME_FRACTION, MIN_TIE_BREAK_TIME_S
+from layerfit.solver.trace import Clock, Trace, solve_result
 from layerfit.solver.variables import Expr
 
 ExpertTierKey = tuple[int, int, int, int]
@@ -111,8 +106,8 @@ def solve_with_experts(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, hint: Layout | None
 ) -> SolveResult:
     """The provably best layout, experts placed block by block (see the module docstring)."""
-    clock = _Clock(config.time_limit_s)
-    trace = _Trace()
+    clock = Clock(config.time_limit_s)
+    trace = Trace()
     instance = build_instance(cluster, deployment, profile, config, experts=True)
     incumbent = incumbent_of(cluster, deployment, profile, config, hint)
     if incumbent is not None:
@@ -131,7 +126,7 @@ def solve_with_experts(
         if incumbent is not None:
             return _kept(instance, profile, clock, trace, incumbent, tiers, first)
         proven_empty = first.status == cp_model.INFEASIBLE and not hinted
-        return _result(instance, clock, trace, Status.INFEASIBLE if proven_empty else Status.UNKNOWN)
+        return solve_result(instance, clock, trace, Status.INFEASIBLE if proven_empty else Status.UNKNOWN)
     strict_proven = first.status == cp_model.OPTIMAL
     key = (first.value(tiers.layers), first.value(tiers.experts), first.value(tiers.workers), first.value(tiers.gpus))
     final = _tie_break(built, tiers, key, first, config, clock, trace)
@@ -143,7 +138,7 @@ def solve_with_experts(
         alternatives = alternatives_after(cluster, deployment, profile, config, built, final, clock, trace)
     trace.proof = "cp-sat" if strict_proven else "none"
     objective = float(tiers.of(expert_tier_key(profile, best.layout)))
-    return _result(
+    return solve_result(
         instance,
         clock,
         trace,
@@ -163,8 +158,8 @@ def _tie_break(
     key: tuple[int, int, int, int],
     first: Run,
     config: PlannerConfig,
-    clock: _Clock,
-    trace: _Trace,
+    clock: Clock,
+    trace: Trace,
 ) -> Run:
     """With the strict tiers fixed at ``key``, the best tie-break (``first`` when none is found)."""
     for expression, value in zip((tiers.layers, tiers.experts, tiers.workers, tiers.gpus), key, strict=True):
@@ -188,8 +183,8 @@ def _tier_values(profile: MemoryProfile, candidate: Candidate) -> TierValues:
 def _kept(
     instance: Instance,
     profile: MemoryProfile,
-    clock: _Clock,
-    trace: _Trace,
+    clock: Clock,
+    trace: Trace,
     incumbent: Incumbent,
     tiers: ExpertTiers,
     search: Run,
@@ -199,7 +194,7 @@ def _kept(
     trace.incumbent = "contradicted" if search.status == cp_model.INFEASIBLE else "kept"
     trace.proof = "none"
     objective = float(tiers.of(expert_tier_key(profile, incumbent.layout)))
-    return _result(
+    return solve_result(
         instance,
         clock,
         trace,

@@ -14,10 +14,7 @@ The strict tiers (layers, workers, GPUs) are decided first, then the tie-break:
    full model maximises the weighted strict tiers from the heuristic's layout as a complete hint.
 3. **Tie-break.** A model restricted to the optimal GPU count and to the candidates of step 1 or
    2 (before dominance pruning), with the strict tiers fixed, minimises the policy's tie-break.
-4. **Alternatives.** On that model, each re-solve excludes the GPU sets (with their main worker)
-   already returned, until ``config.alternatives`` are found or no other exists: a count, not a
-   share of the time, so the set is reproducible (``truncated`` in the stats when the time limit
-   cut it).
+4. **Alternatives** on that model (``alternatives``).
 
 Every decoded layout is checked again in bytes with ``layerfit.check``; a violation is a bug and
 raises ``SolverError``. With one search worker and a fixed seed the answer is reproducible as long
@@ -27,8 +24,7 @@ as no time limit is hit.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
@@ -37,9 +33,10 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, EngineStats, Status
+from layerfit.domain.plan import Candidate, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.experts import experts_are_a_decision
+from layerfit.solver.alternatives import alternatives as find_alternatives
 from layerfit.solver.bounds import (
     layer_ceiling,
     most_remote_gpus,
@@ -56,68 +53,15 @@ from layerfit.solver.progress import Measure, strict_measure, tie_break_measure
 from layerfit.solver.proofs import SINGLE_GPU, capacity_infeasibility, forced_layers, single_gpu_answer
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import Run, hint_decisions, hint_layout, run
-from layerfit.solver.variables import IntVar, Variables
+from layerfit.solver.runner import hint_decisions, hint_layout, run
+from layerfit.solver.trace import Clock, SearchOutcome, Trace, kept_incumbent, not_run, solve_result, stage_name
 
-ENGINE = "cp-sat"
 CEILING_SEARCH = "ceiling-search"
 """Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
 HINT_TIME_FRACTION = 0.1
 """Share of the remaining time a hint completion may use."""
 MIN_TIE_BREAK_TIME_S = 1.0
 """The tie-break may take as long as the strict tiers took, at least this (within the limit)."""
-
-
-class _Clock:
-    def __init__(self, limit_s: float) -> None:
-        self.started = time.perf_counter()
-        self.limit_s = limit_s
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def remaining(self) -> float:
-        return max(0.0, self.limit_s - self.elapsed())
-
-
-@dataclass
-class _Trace:
-    """What the search did, for ``EngineStats.details``."""
-
-    steps: list[str] = field(default_factory=list)
-    hint: str = "none"
-    solves: int = 0
-    truncated: str = ""
-    """``alternatives`` when the time limit cut the search for alternatives (their number is a
-    count otherwise, so the same input gives the same set)."""
-    proof: str = "none"
-    incumbent: str = "none"
-    """The heuristic's layout: ``none`` (absent or invalid), ``valid``, ``kept`` as the answer, or
-    ``contradicted`` (CP-SAT called the model infeasible; the layout is kept, nothing is proven)."""
-    """What proves the strict tiers: ``cp-sat``, a named shortcut, or ``none``."""
-
-    def record(self, step: str, result: Run) -> Run:
-        self.steps.append(f"{step}:{result.status.name}:{result.wall_time_s * 1000:.0f}ms")
-        self.solves += 1
-        return result
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """The search's answer before decoding: the final model, its best run, the strict tiers."""
-
-    built: BuiltModel
-    best: Run
-    layers: int
-    workers: int
-    gpus: int
-    strict_proven: bool
-    tie_break_proven: bool
-    bound: float
-    ranks_tie_break: bool = True
-    """The final model minimises the tie-break (false for a strict model whose tie-break stage found
-    nothing)."""
-    """Best proven bound on the weighted strict tiers (``objective.strict_value``)."""
 
 
 def solve(
@@ -141,8 +85,8 @@ def solve(
         from layerfit.solver.expert_search import solve_with_experts
 
         return solve_with_experts(cluster, deployment, profile, config, hint)
-    clock = _Clock(config.time_limit_s)
-    trace = _Trace()
+    clock = Clock(config.time_limit_s)
+    trace = Trace()
     # Without a hint the set-up stops at the deadline (UNKNOWN); a hint that proves valid is the
     # answer however late, so with one the instance is always built.
     deadline = Deadline.after(config.time_limit_s)
@@ -163,24 +107,24 @@ def solve(
     if outcome is Status.INFEASIBLE and shortcuts and incumbent is None and (forced_layers(instance) or 0) > 0:
         # The rules fix the GPU-layer count and no worker count reaches it: nothing else can fit.
         trace.proof = CEILING_SEARCH
-        return _result(instance, clock, trace, Status.INFEASIBLE)
-    if not isinstance(outcome, _Outcome):
+        return solve_result(instance, clock, trace, Status.INFEASIBLE)
+    if not isinstance(outcome, SearchOutcome):
         outcome = _general_search(instance, hint, incumbent, config, clock, trace)
-    if not isinstance(outcome, _Outcome):
+    if not isinstance(outcome, SearchOutcome):
         if incumbent is not None:
-            return _kept(instance, clock, trace, incumbent, outcome, bound=None)
-        return _result(instance, clock, trace, outcome)
+            return kept_incumbent(instance, clock, trace, incumbent, outcome, bound=None)
+        return solve_result(instance, clock, trace, outcome)
     best = checked_candidate(cluster, deployment, profile, config, outcome.best.layout(outcome.built))
     if incumbent is not None and not outcome.strict_proven and incumbent.key > tier_key(best.layout):
-        return _kept(instance, clock, trace, incumbent, Status.FEASIBLE, bound=outcome.bound)
+        return kept_incumbent(instance, clock, trace, incumbent, Status.FEASIBLE, bound=outcome.bound)
     alternatives: tuple[Candidate, ...] = ()
     if outcome.strict_proven and config.alternatives:
-        alternatives = _alternatives(cluster, deployment, profile, config, outcome, clock, trace)
+        alternatives = find_alternatives(cluster, deployment, profile, config, outcome, clock, trace)
     status = Status.OPTIMAL if outcome.strict_proven and outcome.tie_break_proven else Status.FEASIBLE
     tiers = TierValues(gpu_layers=outcome.layers, workers=outcome.workers, gpus=outcome.gpus, tie_break=best.score)
     objective = float(strict_value(instance, outcome.layers, outcome.workers, outcome.gpus))
     trace.proof = "cp-sat" if outcome.strict_proven else "none"
-    return _result(
+    return solve_result(
         instance,
         clock,
         trace,
@@ -194,14 +138,6 @@ def solve(
     )
 
 
-def not_run(deployment: Deployment, wall_time_s: float = 0.0) -> SolveResult:
-    """The answer when the time ran out before CP-SAT could start: UNKNOWN, truncated by the deadline."""
-    stats = EngineStats(
-        engine=ENGINE, wall_time_s=wall_time_s, status=Status.UNKNOWN, details={"truncated": "deadline"}
-    )
-    return SolveResult(deployment=deployment.name, status=Status.UNKNOWN, wall_time_s=wall_time_s, stats=stats)
-
-
 def _shortcut(
     cluster: Cluster,
     deployment: Deployment,
@@ -209,15 +145,15 @@ def _shortcut(
     config: PlannerConfig,
     instance: Instance,
     incumbent: Incumbent | None,
-    clock: _Clock,
-    trace: _Trace,
+    clock: Clock,
+    trace: Trace,
 ) -> SolveResult | None:
     """An answer proven without CP-SAT (``proofs``), or ``None``."""
     if incumbent is None:
         proof = capacity_infeasibility(instance)
         if proof is not None:
             trace.proof = proof
-            return _result(instance, clock, trace, Status.INFEASIBLE)
+            return solve_result(instance, clock, trace, Status.INFEASIBLE)
         return None
     found = single_gpu_answer(cluster, deployment, profile, config, instance, incumbent)
     if found is None:
@@ -225,7 +161,7 @@ def _shortcut(
     trace.proof = SINGLE_GPU
     best, *alternatives = found
     objective = float(strict_value(instance, incumbent.layers, 1, 1))
-    return _result(
+    return solve_result(
         instance,
         clock,
         trace,
@@ -236,29 +172,6 @@ def _shortcut(
         strict_optimal=True,
         objective=objective,
         bound=objective,
-    )
-
-
-def _kept(
-    instance: Instance, clock: _Clock, trace: _Trace, incumbent: Incumbent, search: Status, bound: float | None
-) -> SolveResult:
-    """The incumbent as the answer: no search step found anything better in time (``search`` is
-    UNKNOWN), or CP-SAT contradicted a layout ``check`` accepts (INFEASIBLE: no proof is given)."""
-    trace.incumbent = "contradicted" if search is Status.INFEASIBLE else "kept"
-    trace.proof = "none"
-    layers, workers, gpus = incumbent.layers, incumbent.workers, incumbent.gpus
-    objective = float(strict_value(instance, layers, workers, gpus))
-    ceiling = layer_ceiling(instance)
-    upper = float(strict_value(instance, ceiling, 1, 1 if ceiling else 0))
-    return _result(
-        instance,
-        clock,
-        trace,
-        Status.FEASIBLE,
-        best=incumbent.candidate,
-        tiers=TierValues(gpu_layers=layers, workers=workers, gpus=gpus, tie_break=incumbent.candidate.score),
-        objective=objective,
-        bound=max(objective, upper if bound is None else bound),
     )
 
 
@@ -282,8 +195,8 @@ def layout_is_feasible_in_model(
 
 
 def _ceiling_search(
-    instance: Instance, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
-) -> _Outcome | Status:
+    instance: Instance, hint: Layout | None, config: PlannerConfig, clock: Clock, trace: Trace
+) -> SearchOutcome | Status:
     """Step 1: the layer ceiling with ``t = 1, 2, ...`` workers. ``INFEASIBLE``: no worker count
     reaches it (proven); ``UNKNOWN``: a step ran out of time."""
     ceiling = layer_ceiling(instance)
@@ -298,8 +211,8 @@ def _ceiling_search(
 
 
 def _single_worker_search(
-    instance: Instance, ceiling: int, hint: Layout | None, config: PlannerConfig, clock: _Clock, trace: _Trace
-) -> _Outcome | Status:
+    instance: Instance, ceiling: int, hint: Layout | None, config: PlannerConfig, clock: Clock, trace: Trace
+) -> SearchOutcome | Status:
     """The ceiling on one worker with exactly ``k = 1, 2, ...`` GPUs, tie-break included."""
     split = instance.rules.tensor_split
     gpu_counts = range(1, instance.local_slots + 1) if split is None else (split.n_devices,)
@@ -321,13 +234,13 @@ def _single_worker_search(
         built.model.add(tiers.gpus == k)
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=True))
         hinted = _hint_if(built, hint, (ceiling, 1, k), config, clock, trace)
-        measure = tie_break_measure(_stage(instance, f"{k} GPUs on one worker"), built.instance, uses_gpus=True)
+        measure = tie_break_measure(stage_name(instance, f"{k} GPUs on one worker"), built.instance, uses_gpus=True)
         result = trace.record(f"one-worker-{k}-gpus", run(built, config, clock.remaining(), measure))
         if result.status == cp_model.INFEASIBLE and not hinted:
             continue
         if not result.found:
             return Status.UNKNOWN  # out of time, or CP-SAT contradicting a known solution
-        return _Outcome(
+        return SearchOutcome(
             built=built,
             best=result,
             layers=ceiling,
@@ -346,9 +259,9 @@ def _multi_worker_search(
     workers: int,
     hint: Layout | None,
     config: PlannerConfig,
-    clock: _Clock,
-    trace: _Trace,
-) -> _Outcome | Status:
+    clock: Clock,
+    trace: Trace,
+) -> SearchOutcome | Status:
     """The ceiling with exactly ``workers`` workers on the fewest GPUs, then the tie-break."""
     mains, rpc = multi_worker_candidates(instance, workers, ceiling)
     if not mains or len(rpc) < workers - 1:
@@ -365,14 +278,14 @@ def _multi_worker_search(
     built.model.add(tiers.workers == workers)
     built.model.minimize(tiers.gpus)
     hinted = _hint_if(built, hint, (ceiling, workers, None), config, clock, trace)
-    measure = Measure(_stage(instance, f"{workers} workers"), "GPUs")
+    measure = Measure(stage_name(instance, f"{workers} workers"), "GPUs")
     result = trace.record(f"{workers}-workers", run(built, config, clock.remaining(), measure))
     if result.status == cp_model.INFEASIBLE and not hinted:
         return Status.INFEASIBLE
     if not result.found:
         return Status.UNKNOWN
     gpus = result.value(tiers.gpus)
-    outcome = _Outcome(
+    outcome = SearchOutcome(
         built=built,
         best=result,
         layers=ceiling,
@@ -398,9 +311,9 @@ def _general_search(
     hint: Layout | None,
     incumbent: Incumbent | None,
     config: PlannerConfig,
-    clock: _Clock,
-    trace: _Trace,
-) -> _Outcome | Status:
+    clock: Clock,
+    trace: Trace,
+) -> SearchOutcome | Status:
     """Step 2: the weighted strict tiers on the full model, then the tie-break. A valid hint's
     strict value bounds the objective from below (pruning keeps an optimum, so it stays valid)."""
     built = build_model(prune_dominated(instance))
@@ -413,14 +326,14 @@ def _general_search(
         floor = strict_value(built.instance, incumbent.layers, incumbent.workers, incumbent.gpus)
         built.model.add(tiers.combined >= floor)
     built.model.maximize(tiers.combined)
-    measure = strict_measure(_stage(instance), built.instance, tiers)
+    measure = strict_measure(stage_name(instance), built.instance, tiers)
     first = trace.record("strict", run(built, config, clock.remaining(), measure))
     if not first.found:
         # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
         # With an incumbent, ``solve`` keeps it and names the contradiction.
         proven_empty = first.status == cp_model.INFEASIBLE and (incumbent is not None or not hinted)
         return Status.INFEASIBLE if proven_empty else Status.UNKNOWN
-    outcome = _Outcome(
+    outcome = SearchOutcome(
         built=built,
         best=first,
         layers=first.value(tiers.layers),
@@ -434,14 +347,9 @@ def _general_search(
     return _tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
 
 
-def _stage(instance: Instance, detail: str = "") -> str:
-    """The progress reports' name of a solve."""
-    return f"cp-sat for {instance.deployment}" + (f" ({detail})" if detail else "")
-
-
 def _tie_break_stage(
-    candidates: Instance, outcome: _Outcome, config: PlannerConfig, clock: _Clock, trace: _Trace
-) -> _Outcome:
+    candidates: Instance, outcome: SearchOutcome, config: PlannerConfig, clock: Clock, trace: Trace
+) -> SearchOutcome:
     """Step 3: with the strict tiers fixed, the tie-break over ``candidates`` (not dominance-pruned)
     restricted to the optimal GPU count (and, on one worker, to the workers whose ``gpus`` largest
     GPUs can hold the layers by the ordered-devices bound)."""
@@ -464,7 +372,7 @@ def _tie_break_stage(
     narrow.model.minimize(tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0))
     hint_decisions(narrow, outcome.best.layout(outcome.built))
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
-    measure = tie_break_measure(_stage(candidates), narrow.instance, uses_gpus=gpus > 0)
+    measure = tie_break_measure(stage_name(candidates), narrow.instance, uses_gpus=gpus > 0)
     result = trace.record("tie-break", run(narrow, config, time_limit, measure))
     if not result.found:
         return outcome
@@ -478,8 +386,8 @@ def _hint_if(
     hint: Layout | None,
     tiers: tuple[int, int, int | None],
     config: PlannerConfig,
-    clock: _Clock,
-    trace: _Trace,
+    clock: Clock,
+    trace: Trace,
 ) -> bool:
     """Hint a restricted model with the heuristic's layout when its tiers match the restriction
     (``None``: any GPU count); whether the model accepted it."""
@@ -490,134 +398,3 @@ def _hint_if(
         return False
     trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
     return trace.hint == "accepted"
-
-
-# ---------------------------------------------------------------------------------------------
-# Alternatives
-# ---------------------------------------------------------------------------------------------
-
-
-def _alternatives(
-    cluster: Cluster,
-    deployment: Deployment,
-    profile: MemoryProfile,
-    config: PlannerConfig,
-    outcome: _Outcome,
-    clock: _Clock,
-    trace: _Trace,
-) -> tuple[Candidate, ...]:
-    """Up to ``config.alternatives`` more layouts as good on the strict tiers, on other GPU sets,
-    best tie-break first (the final model keeps the strict tiers fixed)."""
-    built = outcome.built
-    tiers = strict_tiers(built.instance, built.variables)
-    for expression, value in (
-        (tiers.layers, outcome.layers),
-        (tiers.workers, outcome.workers),
-        (tiers.gpus, outcome.gpus),
-    ):
-        built.model.add(expression == value)
-    if not outcome.ranks_tie_break:
-        built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=outcome.gpus > 0))
-    return alternatives_after(cluster, deployment, profile, config, built, outcome.best, clock, trace)
-
-
-def alternatives_after(
-    cluster: Cluster,
-    deployment: Deployment,
-    profile: MemoryProfile,
-    config: PlannerConfig,
-    built: BuiltModel,
-    previous: Run,
-    clock: _Clock,
-    trace: _Trace,
-) -> tuple[Candidate, ...]:
-    """Re-solves of a model whose strict tiers are fixed, each excluding the GPU sets found so far
-    (``previous`` first), until ``config.alternatives`` are found or no other exists."""
-    found: list[Candidate] = []
-    uses_gpus = any(previous.value(slot.used) for slot in built.variables.slots)
-    measure = tie_break_measure(_stage(built.instance, "alternative"), built.instance, uses_gpus=uses_gpus)
-    while len(found) < config.alternatives:
-        if clock.remaining() <= 0:
-            trace.truncated = "alternatives"
-            break
-        _exclude(built.model, built.variables, previous)
-        built.model.proto.clear_solution_hint()
-        result = trace.record("alternative", run(built, config, clock.remaining(), measure))
-        if not result.proven:
-            trace.truncated = "alternatives"  # the time limit cut this solve: the set may differ next time
-        if not result.found:
-            break
-        found.append(checked_candidate(cluster, deployment, profile, config, result.layout(built)))
-        previous = result
-    return tuple(found)
-
-
-def _exclude(model: cp_model.CpModel, variables: Variables, result: Run) -> None:
-    """No-good cut: another main worker, or another multiset of GPU classes."""
-    by_class: dict[int, list[IntVar]] = {}
-    for slot in variables.slots:
-        for c, assigned in slot.assign.items():
-            by_class.setdefault(c, []).append(assigned)
-    counts = {c: sum(result.value(lit) for lit in lits) for c, lits in by_class.items()}
-    escapes: list[cp_model.LiteralT] = [~main for main in variables.main.values() if result.value(main)]
-    unused = [lit for c, lits in by_class.items() if not counts[c] for lit in lits]
-    if unused:
-        other_class = model.new_bool_var("")
-        model.add(sum(unused) >= 1).only_enforce_if(other_class)
-        escapes.append(other_class)
-    for c, n in counts.items():
-        if n:
-            fewer = model.new_bool_var("")
-            model.add(sum(by_class[c]) <= n - 1).only_enforce_if(fewer)
-            escapes.append(fewer)
-    model.add_bool_or(escapes)
-
-
-# ---------------------------------------------------------------------------------------------
-# Results
-# ---------------------------------------------------------------------------------------------
-
-
-def _result(
-    instance: Instance,
-    clock: _Clock,
-    trace: _Trace,
-    status: Status,
-    *,
-    best: Candidate | None = None,
-    alternatives: tuple[Candidate, ...] = (),
-    tiers: TierValues | None = None,
-    strict_optimal: bool = False,
-    objective: float | None = None,
-    bound: float | None = None,
-) -> SolveResult:
-    wall = clock.elapsed()
-    details: dict[str, float | int | str] = {
-        "steps": ",".join(trace.steps),
-        "solves": trace.solves,
-        "hint": trace.hint,
-        "proof": trace.proof,
-        "incumbent": trace.incumbent,
-        "unit_bytes": instance.scale.unit_bytes,
-        "exact_units": int(instance.scale.exact),
-        "gpu_classes": len(instance.classes),
-        "rpc_slots": instance.rpc_slots,
-        "local_slots": instance.local_slots,
-        "alternatives": len(alternatives),
-        "truncated": trace.truncated,
-    }
-    stats = EngineStats(
-        engine=ENGINE, wall_time_s=wall, status=status, objective=objective, bound=bound, details=details
-    )
-    return SolveResult(
-        deployment=instance.deployment,
-        status=status,
-        best=best,
-        alternatives=alternatives,
-        tiers=tiers,
-        strict_optimal=strict_optimal,
-        objective=objective,
-        bound=bound,
-        wall_time_s=wall,
-        stats=stats,
-    )

@@ -1,0 +1,154 @@
+"""What one solve did and how its answer is assembled: the clock, the trace of CP-SAT calls for
+``EngineStats.details``, the search's answer before decoding, and the ``SolveResult``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.plan import Candidate, EngineStats, Status
+from layerfit.solver.bounds import layer_ceiling
+from layerfit.solver.build import BuiltModel
+from layerfit.solver.candidates import Incumbent
+from layerfit.solver.instance import Instance
+from layerfit.solver.objective import strict_value
+from layerfit.solver.result import SolveResult, TierValues
+from layerfit.solver.runner import Run
+
+ENGINE = "cp-sat"
+
+
+def stage_name(instance: Instance, detail: str = "") -> str:
+    """The progress reports' name of a solve."""
+    return f"cp-sat for {instance.deployment}" + (f" ({detail})" if detail else "")
+
+
+class Clock:
+    """Wall time since the solve started, against its limit."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.started = time.perf_counter()
+        self.limit_s = limit_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def remaining(self) -> float:
+        return max(0.0, self.limit_s - self.elapsed())
+
+
+@dataclass
+class Trace:
+    """What the search did, for ``EngineStats.details``."""
+
+    steps: list[str] = field(default_factory=list)
+    hint: str = "none"
+    solves: int = 0
+    truncated: str = ""
+    """``alternatives`` when the time limit cut the search for alternatives (their number is a
+    count otherwise, so the same input gives the same set)."""
+    proof: str = "none"
+    """What proves the strict tiers: ``cp-sat``, a named shortcut, or ``none``."""
+    incumbent: str = "none"
+    """The heuristic's layout: ``none`` (absent or invalid), ``valid``, ``kept`` as the answer, or
+    ``contradicted`` (CP-SAT called the model infeasible; the layout is kept, nothing is proven)."""
+
+    def record(self, step: str, result: Run) -> Run:
+        self.steps.append(f"{step}:{result.status.name}:{result.wall_time_s * 1000:.0f}ms")
+        self.solves += 1
+        return result
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """The search's answer before decoding: the final model, its best run, the strict tiers."""
+
+    built: BuiltModel
+    best: Run
+    layers: int
+    workers: int
+    gpus: int
+    strict_proven: bool
+    tie_break_proven: bool
+    bound: float
+    """Best proven bound on the weighted strict tiers (``objective.strict_value``)."""
+    ranks_tie_break: bool = True
+    """The final model minimises the tie-break (false for a strict model whose tie-break stage found
+    nothing)."""
+
+
+def not_run(deployment: Deployment, wall_time_s: float = 0.0) -> SolveResult:
+    """The answer when the time ran out before CP-SAT could start: UNKNOWN, truncated by the deadline."""
+    stats = EngineStats(
+        engine=ENGINE, wall_time_s=wall_time_s, status=Status.UNKNOWN, details={"truncated": "deadline"}
+    )
+    return SolveResult(deployment=deployment.name, status=Status.UNKNOWN, wall_time_s=wall_time_s, stats=stats)
+
+
+def kept_incumbent(
+    instance: Instance, clock: Clock, trace: Trace, incumbent: Incumbent, search: Status, bound: float | None
+) -> SolveResult:
+    """The incumbent as the answer: no search step found anything better in time (``search`` is
+    UNKNOWN), or CP-SAT contradicted a layout ``check`` accepts (INFEASIBLE: no proof is given)."""
+    trace.incumbent = "contradicted" if search is Status.INFEASIBLE else "kept"
+    trace.proof = "none"
+    layers, workers, gpus = incumbent.layers, incumbent.workers, incumbent.gpus
+    objective = float(strict_value(instance, layers, workers, gpus))
+    ceiling = layer_ceiling(instance)
+    upper = float(strict_value(instance, ceiling, 1, 1 if ceiling else 0))
+    return solve_result(
+        instance,
+        clock,
+        trace,
+        Status.FEASIBLE,
+        best=incumbent.candidate,
+        tiers=TierValues(gpu_layers=layers, workers=workers, gpus=gpus, tie_break=incumbent.candidate.score),
+        objective=objective,
+        bound=max(objective, upper if bound is None else bound),
+    )
+
+
+def solve_result(
+    instance: Instance,
+    clock: Clock,
+    trace: Trace,
+    status: Status,
+    *,
+    best: Candidate | None = None,
+    alternatives: tuple[Candidate, ...] = (),
+    tiers: TierValues | None = None,
+    strict_optimal: bool = False,
+    objective: float | None = None,
+    bound: float | None = None,
+) -> SolveResult:
+    wall = clock.elapsed()
+    details: dict[str, float | int | str] = {
+        "steps": ",".join(trace.steps),
+        "solves": trace.solves,
+        "hint": trace.hint,
+        "proof": trace.proof,
+        "incumbent": trace.incumbent,
+        "unit_bytes": instance.scale.unit_bytes,
+        "exact_units": int(instance.scale.exact),
+        "gpu_classes": len(instance.classes),
+        "rpc_slots": instance.rpc_slots,
+        "local_slots": instance.local_slots,
+        "alternatives": len(alternatives),
+        "truncated": trace.truncated,
+    }
+    stats = EngineStats(
+        engine=ENGINE, wall_time_s=wall, status=status, objective=objective, bound=bound, details=details
+    )
+    return SolveResult(
+        deployment=instance.deployment,
+        status=status,
+        best=best,
+        alternatives=alternatives,
+        tiers=tiers,
+        strict_optimal=strict_optimal,
+        objective=objective,
+        bound=bound,
+        wall_time_s=wall,
+        stats=stats,
+    )
