@@ -8,10 +8,11 @@ difference, and its fixed cost at least the smallest device-kind cost of its rol
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 from functools import cache
 
 from layerfit.domain.profile import DeviceRole
-from layerfit.solver.instance import Instance, SlotKind
+from layerfit.solver.instance import GpuClass, Instance, SlotKind
 
 
 def layer_ceiling(instance: Instance) -> int:
@@ -233,3 +234,126 @@ def _extend(prefix: tuple[int, ...], covered: int, room: int) -> int:
         return covered
     end = len(prefix) - 1 - covered
     return len(prefix) - 1 - bisect_left(prefix, prefix[end] - room, 0, end + 1)
+
+
+def gpu_room(instance: Instance, cls: GpuClass, kind: SlotKind) -> int:
+    """What a GPU of ``cls`` can give a device in a slot of ``kind``: its capacity, and on a
+    unified-memory worker no more than the pool less the least its own process keeps there (an
+    rpc-server's fixed cost, or the main process's least host cost)."""
+    view = instance.workers[cls.worker]
+    if not view.unified:
+        return cls.capacity
+    keep = instance.costs.rpc_host if kind is SlotKind.RPC else min(instance.costs.host.values(), default=0)
+    return min(cls.capacity, view.ram_capacity - keep)
+
+
+Measures = tuple[tuple[int, ...], tuple[int, ...]]
+"""Per worker: prefix sums over its best GPUs of (blocks they hold, bytes they offer blocks)."""
+
+
+def _worker_measures(instance: Instance, worker: int, kind: SlotKind, layers: int) -> Measures:
+    """``(blocks, room)`` prefix sums over ``worker``'s best GPUs for slots of ``kind`` (at most the
+    slots of that kind): ``device_blocks`` of each GPU's room, and the room less the least fixed
+    cost of a device of that kind in a layout of ``layers`` GPU layers. Each sorted best first."""
+    view = instance.workers[worker]
+    if not (view.rpc_ok if kind is SlotKind.RPC else view.main_ok):
+        return (0,), (0,)
+    classes = [instance.classes[c] for c in view.classes]
+    eligible = [cls for cls in classes if (cls.rpc_ok if kind is SlotKind.RPC else cls.local_ok)]
+    rooms = sorted((gpu_room(instance, cls, kind) for cls in eligible for _ in range(cls.count)), reverse=True)
+    rooms = rooms[: instance.slots(kind)]
+    roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
+    overhead = min(
+        least_overhead(instance, roles, unified=view.unified, devices=devices, layers=layers) for devices in (1, 2)
+    )
+    return _prefix(device_blocks(instance, room, kind) for room in rooms), _prefix(room - overhead for room in rooms)
+
+
+def _prefix(values: Iterable[int]) -> tuple[int, ...]:
+    sums = [0]
+    for value in values:
+        sums.append(sums[-1] + max(0, value))
+    return tuple(sums)
+
+
+def _most_remote(prefixes: list[tuple[int, ...]], servers: int, gpus: int) -> list[int]:
+    """``best[j]``: the most ``j`` remote GPUs of at most ``servers`` workers give (a knapsack over
+    the workers, each giving its ``i`` best GPUs: ``prefix[i]``)."""
+    best = [[0] * (gpus + 1) for _ in range(servers + 1)]
+    for prefix in prefixes:
+        for k in range(servers, 0, -1):
+            row, fewer = best[k], best[k - 1]
+            for j in range(gpus, 0, -1):
+                for i in range(1, min(j, len(prefix) - 1) + 1):
+                    row[j] = max(row[j], fewer[j - i] + prefix[i])
+    return best[servers]
+
+
+def _layer_needs(instance: Instance, layers: int) -> tuple[int, int]:
+    """The least blocks and the least bytes (blocks and output layer) a layout of ``layers`` GPU
+    layers puts on GPUs: ``layers - 1`` blocks and the output layer, or ``layers`` blocks."""
+    n = instance.n_blocks
+    prefix = instance.costs.block_prefix_down
+
+    def offloaded(blocks: int) -> int:
+        return prefix[n] - prefix[n - blocks]
+
+    with_output = offloaded(min(n, max(0, layers - 1))) + instance.costs.output
+    without = offloaded(layers) if layers <= n else with_output
+    return max(0, layers - 1), min(with_output, without)
+
+
+def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
+    """A lower bound on the GPUs of any layout with exactly ``workers`` workers and ``ceiling`` GPU
+    layers, ``None`` when no GPU count reaches it.
+
+    The main worker gives its ``j`` best GPUs, the ``workers - 1`` rpc-server workers (each with at
+    least one GPU) their best ``g - j`` together. Two capacity rows must both hold: the blocks each
+    GPU can hold (``device_blocks``), and the bytes of every offloaded block and the output layer
+    against the GPUs' rooms less their least fixed cost. The remote part is a knapsack over the
+    workers that can matter: for each GPU count and measure, the ``workers`` best workers at that
+    count (one more than the servers, so that any main worker can be left out); leaving a worker
+    out is exact, since an unused better one can take its place.
+    """
+    servers = workers - 1
+    rpc_slots = instance.rpc_slots if servers else 0
+    needs = _layer_needs(instance, ceiling)
+    remote = {w: _worker_measures(instance, w, SlotKind.RPC, ceiling) for w in range(len(instance.workers))}
+    remote = {w: measures for w, measures in remote.items() if len(measures[0]) > 1}
+    if len(remote) < servers:
+        return None
+    chosen: set[int] = set()
+    for measure in (0, 1):
+        for i in range(1, rpc_slots + 1):
+            ranked = sorted(remote, key=lambda w: remote[w][measure][min(i, len(remote[w][measure]) - 1)])
+            chosen.update(ranked[-(servers + 1) :])
+
+    def others(without: int | None) -> tuple[list[int], list[int]]:
+        pool = sorted(chosen - {without})
+        blocks = _most_remote([remote[w][0] for w in pool], servers, rpc_slots)
+        return blocks, _most_remote([remote[w][1] for w in pool], servers, rpc_slots)
+
+    def least(local: Measures, remote_best: tuple[list[int], list[int]], below: int) -> int | None:
+        for gpus in range(max(servers, 1), below):
+            for j in range(min(len(local[0]) - 1, gpus - servers) + 1):
+                rest = min(gpus - j, rpc_slots)
+                if all(local[m][j] + remote_best[m][rest] >= needs[m] for m in (0, 1)):
+                    return gpus
+        return None
+
+    shared = others(None)
+    most_gpus = instance.local_slots + rpc_slots + 1
+    mains = {
+        m: _worker_measures(instance, m, SlotKind.LOCAL, ceiling)
+        for m, view in enumerate(instance.workers)
+        if view.main_ok
+    }
+    optimistic = {m: least(local, shared, most_gpus) for m, local in mains.items()}
+    best: int | None = None
+    for m in sorted((m for m, g in optimistic.items() if g is not None), key=lambda m: optimistic[m] or 0):
+        if best is not None and (optimistic[m] or 0) >= best:
+            break
+        found = least(mains[m], others(m), most_gpus if best is None else best) if m in chosen else optimistic[m]
+        if found is not None:
+            best = found
+    return best

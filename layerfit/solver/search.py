@@ -38,6 +38,7 @@ from layerfit.domain.profile import MemoryProfile
 from layerfit.experts import experts_are_a_decision
 from layerfit.solver.alternatives import alternatives as find_alternatives
 from layerfit.solver.bounds import (
+    fewest_gpus,
     layer_ceiling,
     most_remote_gpus,
     multi_worker_candidates,
@@ -272,10 +273,14 @@ def _multi_worker_search(
         mains=mains,
         rpc_workers=rpc,
     )
+    fewest = fewest_gpus(candidates, workers, ceiling)
+    if fewest is None:
+        return Status.INFEASIBLE
     built = build_model(prune_dominated(candidates, others=workers - 1))
     tiers = strict_tiers(built.instance, built.variables)
     built.model.add(tiers.layers == ceiling)
     built.model.add(tiers.workers == workers)
+    built.model.add(tiers.gpus >= fewest)  # a capacity bound: also CP-SAT's proof when a layout meets it
     built.model.minimize(tiers.gpus)
     hinted = _hint_if(built, hint, (ceiling, workers, None), config, clock, trace)
     measure = Measure(stage_name(instance, f"{workers} workers"), "GPUs")

@@ -1,0 +1,42 @@
+"""The solver's capacity bounds hold for every valid layout (brute force on tiny instances).
+
+``fewest_gpus`` is a lower bound on the GPU count of any layout with a given worker count and
+GPU-layer count: the multi-worker search adds it to its model and skips a worker count where it
+is ``None``, so an overestimate would lose the optimum or claim a false infeasibility.
+"""
+
+from __future__ import annotations
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from test_solver_properties import SLOW, all_layouts, clusters, configs, deployments, profiles
+
+from layerfit.check import check_layout
+from layerfit.domain import MiB
+from layerfit.solver.bounds import fewest_gpus
+from layerfit.solver.instance import build_instance
+
+
+@settings(SLOW, max_examples=200)
+@given(data=st.data())
+def test_fewest_gpus_never_exceeds_a_valid_layout(data: st.DataObject) -> None:
+    profile = data.draw(profiles(max_blocks=3, unit=16 * MiB))
+    where = data.draw(clusters(max_gpus=4, max_workers=3, top=2500, unit=16 * MiB))
+    dep = data.draw(deployments(where, profile, with_split=False))
+    dep = dep.model_copy(update={"distributed_inference_across_workers": True})
+    config = data.draw(configs())
+    instance = build_instance(where, dep, profile, config)
+    fewest: dict[tuple[int, int], int | None] = {}
+    checked = 0
+    for layout in all_layouts(where, profile.n_blocks):
+        if not layout.devices or check_layout(where, dep, profile, layout, config):
+            continue
+        key = (len(layout.workers), layout.gpu_layers)
+        if key not in fewest:
+            fewest[key] = fewest_gpus(instance, *key)
+        bound = fewest[key]
+        assert bound is not None, f"{key}: no GPU count, but {layout} is valid"
+        assert len(layout.devices) >= bound, f"{key}: bound {bound}, but {layout} is valid"
+        checked += 1
+    event(f"valid layouts with GPUs: {'none' if not checked else 'some'}")
+    event(f"multi-worker keys: {sum(workers > 1 for workers, _ in fewest)}")
