@@ -228,6 +228,8 @@ class Tally:
     layerfit_s: float = 0.0
     heuristic_s: float = 0.0
     estimator_calls: int = 0
+    ratios: list[float] = field(default_factory=list)
+    """Per scenario: layerfit's planner time over GPUStack's selector time."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -262,6 +264,12 @@ def run(case: Scenario, tally: Tally, time_limit_s: float) -> None:
     tally.gpustack_s += gpustack_s
     tally.layerfit_s += layerfit_s
     tally.heuristic_s += heuristic_s
+    tally.ratios.append(layerfit_s / gpustack_s if gpustack_s > 0 else float("inf"))
+    if layerfit_s > 2 * gpustack_s:
+        tally.notes.append(
+            f"slow: {case.kind} layerfit {layerfit_s * 1000:.1f} ms vs gpustack {gpustack_s * 1000:.1f} ms "
+            f"({ours.stats[-1].details.get('proof', '') if ours.stats else ''})"
+        )
     tally.estimator_calls += estimator.calls
     tally.estimator_s += estimator.seconds
     tally.agree += quick_best == their_best
@@ -294,7 +302,7 @@ def main() -> None:
     logging.getLogger("gpustack").setLevel(logging.ERROR)
     print(
         f"{'class':<12} {'n':>3} {'agree':>5} {'wins':>4} {'loss':>4} {'gpustack s':>10} {'(search)':>8} "
-        f"{'layerfit s':>10} {'ratio':>6} {'(search)':>8} {'heur s':>7} {'est. calls':>10}"
+        f"{'layerfit s':>10} {'ratio':>6} {'(search)':>8} {'heur s':>7} {'est. calls':>10} {'<=1x':>5} {'max x':>6}"
     )
     total = Tally()
     for number, kind in enumerate(CLASSES):
@@ -310,13 +318,15 @@ def main() -> None:
         for name in ("gpustack_s", "estimator_s", "layerfit_s", "heuristic_s"):
             setattr(total, name, getattr(total, name) + getattr(tally, name))
         total.notes += tally.notes
+        total.ratios += tally.ratios
     _print("all", total)
     if args.verbose:
         for note in total.notes:
             print(note)
     else:
-        for note in (n for n in total.notes if n.startswith("loss")):
+        for note in (n for n in total.notes if n.startswith(("loss", "slow"))):
             print(note)
+    print(_ratio_targets(total.ratios))
     if total.subset:
         print(f"{total.subset} manual selections met with fewer GPUs than selected: compared on layers only")
     if total.unchecked_wins:
@@ -327,6 +337,20 @@ def main() -> None:
     )
     print("agree: the best of the heuristic's candidates equals the best of GPUStack's (GPU layers, workers, GPUs).")
     print("Each estimator call is a gguf-parser subprocess in production.")
+    print("per scenario: how often layerfit's planner is no slower than GPUStack's selector, and at most 2x slower.")
+
+
+def _ratio_targets(ratios: list[float]) -> str:
+    """Issue 15's targets, per scenario: no slower in at least 90 %, never more than 2x slower."""
+    if not ratios:
+        return "per scenario: no scenarios"
+    no_slower = sum(r <= 1 for r in ratios) / len(ratios)
+    worst = max(ratios)
+    verdict = "PASS" if no_slower >= 0.9 and worst <= 2 else "FAIL"
+    return (
+        f"per scenario: no slower in {no_slower:.0%} of {len(ratios)} (target >= 90 %), "
+        f"worst ratio {worst:.2f} (target <= 2): {verdict}"
+    )
 
 
 def _print(kind: str, tally: Tally) -> None:
@@ -336,7 +360,7 @@ def _print(kind: str, tally: Tally) -> None:
     print(
         f"{kind:<12} {tally.scenarios:>3} {tally.agree:>5} {tally.wins:>4} {tally.losses:>4} {tally.gpustack_s:>10.2f} "
         f"{search_s:>8.2f} {tally.layerfit_s:>10.2f} {ratio:>6.2f} {search_ratio:>8.2f} {tally.heuristic_s:>7.2f} "
-        f"{tally.estimator_calls:>10}"
+        f"{tally.estimator_calls:>10} {sum(r <= 1 for r in tally.ratios):>5} {max(tally.ratios, default=0):>6.2f}"
     )
 
 
