@@ -1,5 +1,8 @@
 """The solver's capacity bounds hold for every valid layout (brute force on tiny instances).
 
+``mains_reaching`` keeps the main worker of every layout with at least a given number of GPU
+layers: the general search leaves the others out once the incumbent has that many.
+
 ``fewest_gpus`` is a lower bound on the GPU count of any layout with a given worker count and
 GPU-layer count: the multi-worker search adds it to its model and skips a worker count where it
 is ``None``, so an overestimate would lose the optimum or claim a false infeasibility.
@@ -15,11 +18,12 @@ from layerfit.check import check_layout
 from layerfit.domain import MiB
 from layerfit.solver.bounds import fewest_gpus
 from layerfit.solver.instance import build_instance
+from layerfit.solver.proofs import mains_reaching
 
 
 @settings(SLOW, max_examples=200)
 @given(data=st.data())
-def test_fewest_gpus_never_exceeds_a_valid_layout(data: st.DataObject) -> None:
+def test_bounds_never_exclude_a_valid_layout(data: st.DataObject) -> None:
     profile = data.draw(profiles(max_blocks=3, unit=16 * MiB))
     where = data.draw(clusters(max_gpus=4, max_workers=3, top=2500, unit=16 * MiB))
     dep = data.draw(deployments(where, profile, with_split=False))
@@ -29,7 +33,11 @@ def test_fewest_gpus_never_exceeds_a_valid_layout(data: st.DataObject) -> None:
     fewest: dict[tuple[int, int], int | None] = {}
     checked = 0
     for layout in all_layouts(where, profile.n_blocks):
-        if not layout.devices or check_layout(where, dep, profile, layout, config):
+        if check_layout(where, dep, profile, layout, config):
+            continue
+        main = instance.worker_index(layout.main_worker)
+        assert main in mains_reaching(instance, layout.gpu_layers), f"main left out, but {layout} is valid"
+        if not layout.devices:
             continue
         key = (len(layout.workers), layout.gpu_layers)
         if key not in fewest:

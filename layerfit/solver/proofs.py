@@ -55,6 +55,24 @@ def most_blocks_by_main(instance: Instance) -> dict[int, int]:
     return most
 
 
+def mains_reaching(instance: Instance, layers: int) -> frozenset[int]:
+    """The main workers some layout with at least ``layers`` GPU layers can have, by the bounds of
+    ``capacity_infeasibility``: the GPUs it can use hold the blocks (the output layer adds at most
+    one), and its RAM holds what stays on the host then. Used to leave out, once the incumbent has
+    ``layers``, every main worker no layout at least as good can have."""
+    most = most_blocks_by_main(instance)
+    n = instance.n_blocks
+    output = 1 if layer_ceiling(instance) > 0 else 0
+    least_host = min(instance.costs.host.values(), default=0)
+    prefix = instance.costs.host_prefix_up
+    return frozenset(
+        w
+        for w, blocks in most.items()
+        if min(n, blocks) + output >= layers
+        and least_host + prefix[n - min(n, blocks)] <= instance.workers[w].ram_capacity
+    )
+
+
 def capacity_infeasibility(instance: Instance) -> str | None:
     """The name of a capacity bound that proves no layout valid, or ``None``."""
     most = most_blocks_by_main(instance)

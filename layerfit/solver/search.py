@@ -51,7 +51,13 @@ from layerfit.solver.decode import decision_values
 from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import strict_tiers, strict_value, tie_break
 from layerfit.solver.progress import Measure, strict_measure, tie_break_measure
-from layerfit.solver.proofs import SINGLE_GPU, capacity_infeasibility, forced_layers, single_gpu_answer
+from layerfit.solver.proofs import (
+    SINGLE_GPU,
+    capacity_infeasibility,
+    forced_layers,
+    mains_reaching,
+    single_gpu_answer,
+)
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
 from layerfit.solver.runner import hint_decisions, hint_layout, run
@@ -320,7 +326,14 @@ def _general_search(
     trace: Trace,
 ) -> SearchOutcome | Status:
     """Step 2: the weighted strict tiers on the full model, then the tie-break. A valid hint's
-    strict value bounds the objective from below (pruning keeps an optimum, so it stays valid)."""
+    strict value bounds the objective from below (pruning keeps an optimum, so it stays valid), and
+    only main workers that can reach its layers take part (``proofs.mains_reaching``)."""
+    if incumbent is not None:
+        instance = instance.restricted(
+            rpc_slots=instance.rpc_slots,
+            local_slots=instance.local_slots,
+            mains=mains_reaching(instance, incumbent.layers),
+        )
     built = build_model(prune_dominated(instance))
     hinted = False
     if hint is not None:
