@@ -79,8 +79,13 @@ def _stateful(spec: ModelSpec) -> bool:
     return bool(spec.sliding_window or spec.ssm_inner_size)
 
 
+_LONG_CONTEXT = {"llama4": 16384}
+"""Larger second context: llama4 attends in 8192-token chunks, which only a longer context shows."""
+
+
 def configs(spec: ModelSpec) -> list[Config]:
     small, large = (512, 2048) if spec.encoder else (2048, 8192)
+    large = _LONG_CONTEXT.get(spec.architecture, large)
     full, half = 99, spec.block_count // 2 + 1  # -ngl counts the output layer: output + half the blocks
     chosen = [
         Config("cpu", small, 0, 0),

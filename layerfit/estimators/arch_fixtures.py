@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gguf import Keys
 
+from layerfit.estimators import arch_fixtures_decoders
 from layerfit.estimators.arch_fixtures_recurrent import RECURRENT_MODELS, RECURRENT_TABLES
 from layerfit.estimators.arch_spec import MAMBA2, NORM_EPS, arch_spec
 from layerfit.estimators.synthetic import F32, DataMode, ModelSpec, Q, TensorSpec, tensor_table, write_gguf
@@ -140,7 +141,7 @@ ARCH_MODELS: dict[str, ModelSpec] = {
             metadata={**NORM_EPS, Keys.Tokenizer.TOKEN_TYPE_COUNT: 2},
         ),
     )
-} | RECURRENT_MODELS
+} | RECURRENT_MODELS | arch_fixtures_decoders.MODELS
 """One small model per modelled architecture, keyed by file name (architecture and weight type; the
 phi3 model is not named "phi3", a name llama.cpp's vocabulary loader keys special tokens on)."""
 
@@ -231,6 +232,7 @@ _EDITS: dict[str, Callable[[ModelSpec, Table], Table]] = {
     "gpt-oss": _gpt_oss,
     "bert": _encoder,
     "nomic-bert": _encoder,
+    **arch_fixtures_decoders.EDITS,
 }
 
 

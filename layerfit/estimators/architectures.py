@@ -28,8 +28,15 @@ SWA_DENSE_FIRST = frozenset({"modern-bert"})
 """Architectures whose period starts with the full-attention layer: layer ``il`` uses the window
 when ``il % p != 0`` (llama.cpp's ``set_swa_pattern(p, dense_first=true)``)."""
 
-SWA_DEFAULT_WINDOW: dict[str, int] = {"gemma2": 4096, "llama4": 8192}
+SWA_DEFAULT_WINDOW: dict[str, int] = {"gemma2": 4096}
 """Window llama.cpp assumes when the file does not say."""
+
+SWA_FIXED_WINDOW: dict[str, int] = {"llama4": 8192}
+"""Window (attention chunk) llama.cpp uses whatever the file says, unless the file says 0 (off)."""
+
+SWA_BLOCK_COUNTS: dict[str, frozenset[int]] = {"exaone4": frozenset({64})}
+"""llama.cpp turns the window on only for these block counts (EXAONE 4.0 32B); files with other
+block counts attend fully on every layer, whatever their window key says."""
 
 KNOWN_ARCHITECTURES = frozenset(
     {
@@ -91,6 +98,15 @@ FUSED_GATE_UP = frozenset({"phi3", "modern-bert", "neo-bert"})
 
 MLA = frozenset({"deepseek2"})
 """Multi-head latent attention: one K-only cache row of ``kv_lora_rank + rope_dim`` per token."""
+
+
+def effective_window(architecture: str, n_layers: int, file_window: int | None) -> int:
+    """The sliding window llama.cpp applies, from the file's key (``None``: absent); 0 for none."""
+    if architecture in SWA_BLOCK_COUNTS and n_layers not in SWA_BLOCK_COUNTS[architecture]:
+        return 0
+    if architecture in SWA_FIXED_WINDOW:
+        return 0 if file_window == 0 else SWA_FIXED_WINDOW[architecture]
+    return SWA_DEFAULT_WINDOW.get(architecture, 0) if file_window is None else file_window
 
 
 def swa_layers(

@@ -172,7 +172,8 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         warnings.append(f"{len(tensors.stray)} tensors name blocks beyond block_count {n}; kept on the host")
     recurrent = _recurrent_layers(meta, arch, n)
     heads, heads_kv, key_length, value_length = _attention(meta, tensors, arch, n, n_embd, recurrent, warnings)
-    window = meta.integer(Keys.Attention.SLIDING_WINDOW, arch_rules.SWA_DEFAULT_WINDOW.get(arch, 0))
+    file_window = meta.integer(Keys.Attention.SLIDING_WINDOW) if meta.has(Keys.Attention.SLIDING_WINDOW) else None
+    window = arch_rules.effective_window(arch, n, file_window)
     swa = arch_rules.swa_layers(arch, n, window, meta.pattern(Keys.Attention.SLIDING_WINDOW_PATTERN))
     if len(swa) != n:
         raise EstimationError(
