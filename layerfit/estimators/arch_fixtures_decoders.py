@@ -16,25 +16,10 @@ from collections.abc import Callable
 
 from gguf import Keys
 
+from layerfit.estimators.arch_fixture_base import Table, small_spec, without
 from layerfit.estimators.synthetic import F32, ModelSpec, Q, TensorSpec
 
-Table = list[TensorSpec]
-
-_COMMON: dict[str, object] = {
-    "block_count": 4,
-    "embedding_length": 1024,
-    "feed_forward_length": 2816,
-    "head_count": 8,
-    "head_count_kv": 2,
-    "head_dim": 128,
-    "vocab_size": 32000,
-    "context_length": 16384,
-}
-
-
-def _spec(name: str, architecture: str, **fields: object) -> ModelSpec:
-    return ModelSpec.model_validate({**_COMMON, "name": name, "architecture": architecture, **fields})
-
+_spec = small_spec
 
 _MOE: dict[str, object] = {"expert_count": 16, "expert_used_count": 4, "expert_feed_forward_length": 512}
 _GRANITE_SCALES: dict[str, object] = {
@@ -110,14 +95,10 @@ MODELS: dict[str, ModelSpec] = {
 """Keyed by file name: architecture and weight type."""
 
 
-def _without(tensors: Table, *suffixes: str) -> Table:
-    return [t for t in tensors if not t.name.endswith(suffixes)]
-
-
 def _qwen2moe(spec: ModelSpec, tensors: Table) -> Table:
     """q/k/v biases, and a one-row sigmoid gate on the shared expert after the router."""
     out: Table = []
-    for tensor in _without(tensors, "attn_output.bias"):
+    for tensor in without(tensors, "attn_output.bias"):
         out.append(tensor)
         if tensor.name.endswith("ffn_gate_inp.weight"):
             block = tensor.name.removesuffix("ffn_gate_inp.weight")
@@ -135,7 +116,7 @@ def _olmoe(spec: ModelSpec, tensors: Table) -> Table:
 def _exaone4(spec: ModelSpec, tensors: Table) -> Table:
     """No pre-norms: a post-attention and a post-feed-forward norm per block."""
     out: Table = []
-    for tensor in _without(tensors, "attn_norm.weight", "ffn_norm.weight"):
+    for tensor in without(tensors, "attn_norm.weight", "ffn_norm.weight"):
         out.append(tensor)
         block = tensor.name.split(".")[1] if tensor.name.startswith("blk.") else ""
         if tensor.name.endswith("attn_output.weight"):
