@@ -24,10 +24,13 @@ from fixtures_gguf import (
     load_runs,
     write_arch_models,
 )
+from gguf import Keys
 
-from layerfit.estimators.arch_fixtures import ARCH_MODELS
+from layerfit.estimators.arch_fixtures import ARCH_MODELS, arch_tensor_table
 from layerfit.estimators.arch_fixtures_recurrent import hybrid_splits
 from layerfit.estimators.architectures import KNOWN_ARCHITECTURES, effective_window
+from layerfit.estimators.shape import read_gguf
+from layerfit.estimators.synthetic import write_gguf
 
 RUNS = load_runs(GROUND_TRUTH_DIR, ARCH_CSVS)
 TOLERANCE = {"weights": (0.01, 1.0), "kv": (0.01, 1.0), "compute": (0.10, 16.0)}
@@ -149,3 +152,23 @@ def test_effective_window_follows_llama_cpp(
     architecture: str, blocks: int, file_window: int | None, window: int
 ) -> None:
     assert effective_window(architecture, blocks, file_window) == window
+
+
+def test_gemma3n_cache_layers_and_global_tensors_follow_llama_cpp(tmp_path: Path) -> None:
+    """The first 20 layers own a cache whatever ``shared_kv_layers`` says; the per-layer input
+    projection loads with block 0, the AltUp projections with the output layer."""
+    spec = ARCH_MODELS["gemma3n-q8_0"]
+    wrong = spec.model_copy(update={"metadata": {**spec.metadata, Keys.Attention.SHARED_KV_LAYERS: 10}})
+    path = tmp_path / "gemma3n.gguf"
+    tensors = arch_tensor_table(wrong)
+    write_gguf(path, wrong, tensors=tensors)
+    shape = read_gguf(str(path))
+    assert shape.shared_kv_layers == spec.block_count - 20
+    assert shape.per_layer_input_width == 256 * spec.block_count
+    size = {t.name: t.n_bytes for t in tensors}
+    block0_extra = size["per_layer_model_proj.weight"] + size["per_layer_proj_norm.weight"]
+    assert shape.block_bytes[0] - shape.block_bytes[1] == block0_extra
+    assert (
+        shape.output_extra_bytes
+        == size["output_norm.weight"] + size["altup_proj.weight"] + size["altup_unembd_proj.weight"]
+    )

@@ -7,7 +7,8 @@ scaling keys, qwen2moe with routed experts, a shared expert and its sigmoid gate
 full-width QK norms and the expert width in ``feed_forward_length``, exaone4 with post-norms only
 (64 blocks: llama.cpp enables its 3:1 sliding window for 64-block files only; a 4-block file with
 a window key shows the window ignored), llama4 with MoE every second block, a shared expert and
-chunked attention. ``MODELS`` joins ``arch_fixtures.ARCH_MODELS``, ``EDITS`` its tensor edits.
+8192-token chunked attention whatever the file's window, gemma3n with 24 blocks (llama.cpp gives the
+first 20 their own cache), per-layer token embeddings and projections, AltUp and LAuReL. ``MODELS`` joins ``arch_fixtures.ARCH_MODELS``, ``EDITS`` its tensor edits.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from layerfit.estimators.arch_fixture_base import Table, small_spec, without
 from layerfit.estimators.synthetic import F32, ModelSpec, Q, TensorSpec
 
 _spec = small_spec
+ALTUP_INPUTS, PER_LAYER_WIDTH, LAUREL_RANK = 4, 256, 64
+"""gemma3n's AltUp streams, per-layer input width and LAuReL rank (fixed in llama.cpp)."""
 
 _MOE: dict[str, object] = {"expert_count": 16, "expert_used_count": 4, "expert_feed_forward_length": 512}
 _GRANITE_SCALES: dict[str, object] = {
@@ -90,6 +93,27 @@ MODELS: dict[str, ModelSpec] = {
             },
             **_MOE,
         ),
+        _spec(
+            "gemma3n-q8_0",
+            "gemma3n",
+            block_count=24,
+            embedding_length=512,
+            feed_forward_length=2048,
+            head_count=2,
+            head_count_kv=1,
+            head_dim=256,
+            weight_type=Q.Q8_0,
+            tied_embeddings=True,
+            qk_norm=True,
+            post_norms=True,
+            sliding_window=512,
+            metadata={
+                Keys.Attention.SHARED_KV_LAYERS: 4,
+                Keys.LLM.ALTUP_ACTIVE_IDX: 0,
+                Keys.LLM.ALTUP_NUM_INPUTS: ALTUP_INPUTS,
+                Keys.LLM.EMBD_LENGTH_PER_LAYER_INP: PER_LAYER_WIDTH,
+            },
+        ),
     )
 }
 """Keyed by file name: architecture and weight type."""
@@ -152,9 +176,44 @@ def _llama4(spec: ModelSpec, tensors: Table) -> Table:
     return out
 
 
+def _gemma3n(spec: ModelSpec, tensors: Table) -> Table:
+    """Per-layer token embeddings (an input), AltUp projections (output layer), a per-layer input
+    projection loaded with block 0, and each block's per-layer gate, AltUp and LAuReL tensors."""
+    d, w, n, a, r = spec.embedding_length, spec.weight_type, spec.block_count, ALTUP_INPUTS, PER_LAYER_WIDTH
+    globals_: Table = [
+        TensorSpec("per_layer_token_embd.weight", (r * n, spec.vocab_size), w),
+        TensorSpec("altup_proj.weight", (d, d, a - 1), w),
+        TensorSpec("altup_unembd_proj.weight", (d, d, a - 1), w),
+        TensorSpec("per_layer_model_proj.weight", (d, r * n), w),
+        TensorSpec("per_layer_proj_norm.weight", (r,), F32),
+    ]
+    out: Table = [tensors[0], *globals_[:1]]
+    for tensor in tensors[1:]:
+        out.append(tensor)
+        if tensor.name == "output_norm.weight":
+            out += globals_[1:]
+        elif tensor.name.endswith("post_ffw_norm.weight"):
+            p = tensor.name.removesuffix("post_ffw_norm.weight")
+            out += [
+                TensorSpec(p + "inp_gate.weight", (d, r), w),
+                TensorSpec(p + "proj.weight", (r, d), w),
+                TensorSpec(p + "post_norm.weight", (d,), F32),
+                TensorSpec(p + "altup_correct_coef.weight", (a, a), F32),
+                TensorSpec(p + "altup_correct_scale.weight", (d,), F32),
+                TensorSpec(p + "altup_predict_coef.weight", (a, a * a), F32),
+                TensorSpec(p + "altup_router.weight", (d, a), w),
+                TensorSpec(p + "altup_router_norm.weight", (d,), F32),
+                TensorSpec(p + "laurel_l.weight", (d, LAUREL_RANK), w),
+                TensorSpec(p + "laurel_r.weight", (LAUREL_RANK, d), w),
+                TensorSpec(p + "laurel_post_norm.weight", (d,), F32),
+            ]
+    return out
+
+
 EDITS: dict[str, Callable[[ModelSpec, Table], Table]] = {
     "qwen2moe": _qwen2moe,
     "olmoe": _olmoe,
     "exaone4": _exaone4,
     "llama4": _llama4,
+    "gemma3n": _gemma3n,
 }

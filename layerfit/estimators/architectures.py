@@ -38,6 +38,10 @@ SWA_BLOCK_COUNTS: dict[str, frozenset[int]] = {"exaone4": frozenset({64})}
 """llama.cpp turns the window on only for these block counts (EXAONE 4.0 32B); files with other
 block counts attend fully on every layer, whatever their window key says."""
 
+KV_LAYERS_FROM_START: dict[str, int] = {"gemma3n": 20}
+"""Only the first N layers own a KV cache; later ones reuse one of them (llama.cpp fixes N, and
+ignores the file's ``shared_kv_layers``)."""
+
 KNOWN_ARCHITECTURES = frozenset(
     {
         "llama",

@@ -23,7 +23,9 @@ Per device, with ``layer = m + M + max(6E + F3, 4E + A + QO)``:
   still offloads their large operations (``4E + m``), a CPU build computes them itself
   (``m + M + max(7E + F3, 4E + A)``), and a CPU-only run computes the logits too;
 * recurrent (Mamba-2) layers: their scan ``R`` is added on every device of a multi-device split
-  and bounds a CPU host's buffer from below.
+  and bounds a CPU host's buffer from below;
+* gemma3n's per-layer inputs ``P`` (all blocks' slices for the micro-batch): ``P`` on the host,
+  ``2P`` on a CPU host computing blocks, ``8P`` on each device of a multi-device split.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ HOST_STATES = 4
 HOST_PIPELINE_STATES = 10
 CPU_ONLY_OUTPUT_STATES = 5
 """A CPU-only run computing the logits."""
+PIPELINE_PER_LAYER_COPIES = 8
+"""gemma3n's per-layer inputs ``P`` on each device of a multi-device split (the host keeps ``P``, and
+``2P`` when it computes blocks): fitted to the 9 gemma3n runs, one model (``arch_fixtures_decoders``)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class Activations:
     the state it writes, 0 without recurrent layers."""
     encoder: Encoder | None = None
     """A BERT-style encoder: its own rules (``encoder_buffers``)."""
+    per_layer: int = 0
+    """``P``: gemma3n's per-layer inputs of every block for the micro-batch, 0 for other models."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ def activations(
         logits=shape.vocab_size * ub * F32 if logits else 0,
         recurrent=_recurrent_scan(shape, ub, cache.n_seq),
         encoder=_encoder(shape, ub) if not shape.causal else None,
+        per_layer=shape.per_layer_input_width * ub * F32,
     )
 
 
@@ -200,9 +208,9 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
     """Compute buffers of every device position and of the host, for the memory model."""
     if act.encoder is not None and backend == "cpu":
         return encoder_buffers(act, act.encoder)
-    e, m, moe = act.embd, act.mask, act.moe
+    e, m, moe, p = act.embd, act.mask, act.moe, act.per_layer
     gpu = backend == "cuda"
-    extra_masks = (PIPELINE_COPIES - 1) * m
+    extra_masks = (PIPELINE_COPIES - 1) * m + PIPELINE_PER_LAYER_COPIES * p
 
     def layer(states: int) -> int:
         return m + moe + max(states * e + act.ffn, 4 * e + act.attention)
@@ -217,7 +225,7 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
     output_multi = output_full + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
     output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m + output_moe
     # a GPU build offloads the host's large operations; a CPU build runs its blocks itself
-    host_partial = HOST_STATES * e + m if gpu else max(layer(CPU_HOST_LAYER_STATES), m + act.recurrent)
+    host_partial = HOST_STATES * e + m + p if gpu else max(layer(CPU_HOST_LAYER_STATES), m + act.recurrent) + 2 * p
     cpu_only = max(layer(CPU_HOST_LAYER_STATES), m + act.logits + CPU_ONLY_OUTPUT_STATES * e)
     return ComputeEstimate(
         device=ComputeBuffer(
@@ -226,9 +234,9 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
         output=max(output_full - layer_full, output_multi - layer_multi, output_partial - layer_partial, 0),
         first_device=FIRST_DEVICE_STATES * e,
         host=ComputeBuffer(
-            full_offload_bytes=HOST_STATES * e + m,
+            full_offload_bytes=HOST_STATES * e + m + p,
             partial_offload_bytes=host_partial,
-            multi_device_bytes=HOST_PIPELINE_STATES * e + PIPELINE_COPIES * m,
+            multi_device_bytes=HOST_PIPELINE_STATES * e + PIPELINE_COPIES * m + p,
         ),
         host_output=max(cpu_only - host_partial, 0),
         op_offload=act.logits + OUTPUT_STATES * e if gpu else 0,

@@ -16,7 +16,10 @@ from layerfit.estimators.gguf_reader import ArrayInfo, MetaValue, TensorInfo
 BLOCK_PREFIX = re.compile(r"^blk\.(\d+)\.")
 EXPERT_TENSOR = re.compile(r"^ffn_(up|down|gate|gate_up)_(ch|)exps")
 """A block's routed-expert tensors, named after ``blk.N.``: llama.cpp's ``LLM_FFN_EXPS_REGEX``."""
-OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.")
+OUTPUT_PREFIXES = ("output.", "output_norm.", "cls.", "altup_proj.", "altup_unembd_proj.")
+"""Tensors llama.cpp loads with the output layer (gemma3n's AltUp projections among them)."""
+BLOCK0_PREFIXES = ("per_layer_model_proj.", "per_layer_proj_norm.")
+"""Tensors without a block number that llama.cpp files as repeating-layer tensors of block 0."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,6 +121,8 @@ class TensorGroups:
                 self.inputs[tensor.name] = tensor
             elif tensor.name.startswith(OUTPUT_PREFIXES):
                 self.outputs[tensor.name] = tensor
+            elif tensor.name.startswith(BLOCK0_PREFIXES) and n_blocks:
+                self.blocks[0][tensor.name] = tensor
             else:
                 self.inputs[tensor.name] = tensor
 

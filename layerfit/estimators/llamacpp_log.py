@@ -17,6 +17,7 @@ from layerfit.domain.base import Frozen
 from layerfit.domain.layout import Layout
 from layerfit.estimators.gguf_constants import GGMLQuantizationType
 from layerfit.estimators.gguf_reader import GgufHeader, TensorInfo
+from layerfit.estimators.header_access import BLOCK0_PREFIXES, OUTPUT_PREFIXES
 
 HOST = "Host"
 _HOST_BUFFERS = re.compile(r"^(CPU(_\w+)?|\w+_Host|Host)$")
@@ -176,7 +177,9 @@ def _repacked(tensor: TensorInfo) -> bool:
 def _on_host(tensor: TensorInfo, layout: Layout) -> bool:
     if tensor.name.startswith("blk."):
         return int(tensor.name.split(".")[1]) < layout.cpu_blocks
-    if tensor.name.startswith(("output.", "output_norm.", "cls.")):
+    if tensor.name.startswith(BLOCK0_PREFIXES):
+        return layout.cpu_blocks > 0
+    if tensor.name.startswith(OUTPUT_PREFIXES):
         return not layout.output_offloaded
     return True
 

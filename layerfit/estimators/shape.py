@@ -65,6 +65,8 @@ class ModelShape(Frozen):
     ssm_group_count: NonNegInt = 0
     wkv_head_size: NonNegInt = 0
     token_shift_count: NonNegInt = 0
+    per_layer_input_width: NonNegInt = 0
+    """gemma3n: the per-layer inputs of all blocks together (rows of ``per_layer_token_embd``)."""
     shared_kv_layers: NonNegInt = 0
     """Trailing layers that reuse an earlier layer's KV cache (gemma3n)."""
     nextn_predict_layers: NonNegInt = 0
@@ -227,7 +229,10 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         ssm_group_count=meta.integer(Keys.SSM.GROUP_COUNT, 0),
         wkv_head_size=meta.integer(Keys.WKV.HEAD_SIZE, 0),
         token_shift_count=meta.integer(Keys.LLM.TOKEN_SHIFT_COUNT, 0),
-        shared_kv_layers=meta.integer(Keys.Attention.SHARED_KV_LAYERS, 0),
+        shared_kv_layers=_shared_kv_layers(meta, arch, n),
+        per_layer_input_width=tensors.inputs["per_layer_token_embd.weight"].shape[0]
+        if "per_layer_token_embd.weight" in tensors.inputs
+        else 0,
         nextn_predict_layers=nextn,
         causal=causal,
         reranker=any(name.startswith("cls.") for name in tensors.outputs) or pooling == POOLING_RANK,
@@ -249,6 +254,13 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         header_bytes=header.header_bytes,
         warnings=tuple(warnings),
     )
+
+
+def _shared_kv_layers(meta: MetaReader, arch: str, n: int) -> int:
+    """Trailing layers that reuse an earlier layer's cache: fixed by llama.cpp for gemma3n, else the key."""
+    if arch in arch_rules.KV_LAYERS_FROM_START:
+        return max(n - arch_rules.KV_LAYERS_FROM_START[arch], 0)
+    return meta.integer(Keys.Attention.SHARED_KV_LAYERS, 0)
 
 
 def _gated(tensors: TensorGroups, arch: str) -> bool:
