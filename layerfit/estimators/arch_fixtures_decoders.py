@@ -7,8 +7,9 @@ scaling keys, qwen2moe with routed experts, a shared expert and its sigmoid gate
 full-width QK norms and the expert width in ``feed_forward_length``, exaone4 with post-norms only
 (64 blocks: llama.cpp enables its 3:1 sliding window for 64-block files only; a 4-block file with
 a window key shows the window ignored), llama4 with MoE every second block, a shared expert and
-8192-token chunked attention whatever the file's window, gemma3n with 24 blocks (llama.cpp gives the
-first 20 their own cache), per-layer token embeddings and projections, AltUp and LAuReL. ``MODELS`` joins ``arch_fixtures.ARCH_MODELS``, ``EDITS`` its tensor edits.
+8192-token chunked attention whatever the file's window, gemma3n with 24 blocks (llama.cpp gives
+the first 20 their own cache), per-layer token embeddings and projections, AltUp and LAuReL.
+``MODELS`` joins ``arch_fixtures.ARCH_MODELS``, ``EDITS`` its tensor edits.
 """
 
 from __future__ import annotations
