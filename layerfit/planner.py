@@ -11,7 +11,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
+from layerfit.domain.plan import Candidate, Command, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
 from layerfit.experts import (
@@ -51,6 +51,27 @@ def model_path(deployment: Deployment) -> str:
     return deployment.gguf_path if deployment.gguf_path is not None else f"{deployment.name}.gguf"
 
 
+def deployment_commands(
+    cluster: Cluster,
+    layout: Layout,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    server_args: tuple[str, ...] = (),
+) -> tuple[Command, ...]:
+    """The launch commands that run ``deployment`` as ``layout``: its model path, flags and kind."""
+    return commands(
+        cluster,
+        layout,
+        model_path(deployment),
+        deployment.params,
+        config,
+        expertless_blocks=expertless_blocks(profile),
+        server_args=server_args,
+        kind=deployment.kind,
+    )
+
+
 def evaluate(
     cluster: Cluster,
     deployment: Deployment,
@@ -80,15 +101,7 @@ def evaluate(
         stats=(stats,),
         commands=()
         if reasons
-        else commands(
-            cluster,
-            layout,
-            model_path(deployment),
-            deployment.params,
-            config,
-            expertless_blocks=expertless_blocks(profile),
-            kind=deployment.kind,
-        ),
+        else deployment_commands(cluster, layout, deployment, profile, config),
         **use_of(cluster, layout, candidate.claims),
     )
 
@@ -171,15 +184,7 @@ def plan(
         alternatives=tuple(alternatives),
         reasons=tuple(reason for reason in quick.reasons if reason.severity is not Severity.ERROR),
         stats=stats,
-        commands=commands(
-            cluster,
-            best.layout,
-            model_path(deployment),
-            deployment.params,
-            config,
-            expertless_blocks=expertless_blocks(profile),
-            kind=deployment.kind,
-        ),
+        commands=deployment_commands(cluster, best.layout, deployment, profile, config),
         **use_of(cluster, best.layout, best.claims),
     )
 

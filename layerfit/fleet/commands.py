@@ -8,9 +8,7 @@ from collections import Counter
 from layerfit.check import reference_reasons
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands
-from layerfit.experts import expertless_blocks
-from layerfit.launch import commands
-from layerfit.planner import model_path, resolve_profile
+from layerfit.planner import deployment_commands, resolve_profile
 from layerfit.usage import use_of
 
 
@@ -56,15 +54,8 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
         servers_on[worker] += 1
         shifted = config.model_copy(update={"rpc_port_base": config.rpc_port_base + rpc_ports_taken})
         rpc_ports_taken += len(placed.layout.rpc_devices)
-        lines = commands(
-            fleet.cluster,
-            placed.layout,
-            model_path(deployment),
-            deployment.params,
-            shifted,
-            expertless_blocks=expertless_blocks(resolve_profile(deployment)),
-            server_args=port,
-            kind=deployment.kind,
+        lines = deployment_commands(
+            fleet.cluster, placed.layout, deployment, resolve_profile(deployment), shifted, server_args=port
         )
         per_replica.append(ReplicaCommands(deployment=placed.deployment, replica=placed.replica, commands=lines))
     placements = tuple(p.model_copy(update=use_of(fleet.cluster, p.layout, p.claims)) for p in plan.placements)
