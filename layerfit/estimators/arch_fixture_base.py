@@ -1,13 +1,10 @@
-"""Helpers the small decoder models (``arch_fixtures_decoders``) share with ``arch_spec``."""
+"""Table helpers the small decoder models (``arch_fixtures_decoders``) use."""
 
 from __future__ import annotations
 
-from layerfit.estimators.arch_spec import arch_spec
 from layerfit.estimators.synthetic import TensorSpec
 
 Table = list[TensorSpec]
-small_spec = arch_spec
-"""``arch_spec.ARCH_DEFAULTS`` with the model's own fields."""
 
 
 def without(tensors: Table, *suffixes: str) -> Table:

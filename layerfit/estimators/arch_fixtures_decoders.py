@@ -18,10 +18,11 @@ from collections.abc import Callable
 
 from gguf import Keys
 
-from layerfit.estimators.arch_fixture_base import Table, small_spec, without
+from layerfit.estimators.arch_fixture_base import Table, without
+from layerfit.estimators.arch_spec import arch_spec
 from layerfit.estimators.synthetic import F32, ModelSpec, Q, TensorSpec
 
-_spec = small_spec
+_spec = arch_spec
 ALTUP_INPUTS, PER_LAYER_WIDTH, LAUREL_RANK = 4, 256, 64
 """gemma3n's AltUp streams, per-layer input width and LAuReL rank (fixed in llama.cpp)."""
 
