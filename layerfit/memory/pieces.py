@@ -1,0 +1,160 @@
+"""Per-device and per-host pieces of the memory model; ``claims`` and the solver build on these."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from itertools import accumulate
+from typing import NamedTuple
+
+from layerfit.domain.layout import Layout
+from layerfit.domain.profile import DeviceRole, MemoryProfile
+
+
+def is_partial(layout: Layout) -> bool:
+    """True when any block, the output layer or a GPU-resident block's experts stay on the host."""
+    return layout.cpu_blocks > 0 or not layout.output_offloaded or bool(layout.host_expert_blocks)
+
+
+def host_expert_bytes(profile: MemoryProfile, blocks: Collection[int]) -> tuple[int, int]:
+    """(VRAM saved, host RAM taken) when the experts of these GPU-resident blocks stay on the host."""
+    return (
+        sum(profile.expert_bytes(block) for block in blocks),
+        sum(profile.host_expert_bytes(block) for block in blocks),
+    )
+
+
+def device_compute_bytes(
+    profile: MemoryProfile,
+    role: DeviceRole,
+    *,
+    partial: bool,
+    unified_worker: bool,
+    holds_output: bool,
+    multi_device: bool | None = None,
+    first_device: bool | None = None,
+    host_blocks: int | None = None,
+) -> int:
+    """Compute buffer of one device: its role's, the logits if it holds the output layer, and the
+    input copies of the first device when a full offload spans several devices.
+
+    ``multi_device`` (more than one device), ``first_device`` (first in device order) and
+    ``host_blocks`` (blocks kept on the host: some splits turn flash attention off, see
+    ``FlashAttnFallback``) left at ``None`` mean the caller does not model them: the largest value
+    they allow is returned.
+    """
+    compute = profile.role_costs(role, unified_worker).compute.bytes_for(partial, multi_device)
+    fallback = profile.flash_attn_fallback
+    if partial and fallback is not None:
+        compute += fallback.device_bytes(host_blocks, holds_output)
+    if holds_output:
+        compute += profile.output_compute_bytes
+    may_be_first = first_device if first_device is not None else role is not DeviceRole.MAIN
+    if not partial and multi_device is not False and may_be_first:
+        compute += profile.first_device_compute_bytes
+    return compute
+
+
+def device_overhead_bytes(
+    profile: MemoryProfile,
+    role: DeviceRole,
+    *,
+    partial: bool,
+    unified_worker: bool,
+    holds_output: bool,
+    multi_device: bool | None = None,
+    first_device: bool | None = None,
+    host_blocks: int | None = None,
+) -> int:
+    """Everything a device costs besides its blocks: fixed + compute + output layer + main extras.
+
+    ``multi_device``/``first_device``/``host_blocks`` as in ``device_compute_bytes`` (``None``: the
+    upper bound).
+    """
+    costs = profile.role_costs(role, unified_worker)
+    overhead = costs.fixed_bytes + device_compute_bytes(
+        profile,
+        role,
+        partial=partial,
+        unified_worker=unified_worker,
+        holds_output=holds_output,
+        multi_device=multi_device,
+        first_device=first_device,
+        host_blocks=host_blocks,
+    )
+    if holds_output:
+        overhead += profile.output_weight_bytes
+    if role is DeviceRole.MAIN:
+        overhead += profile.extra_main_gpu_bytes
+    return overhead
+
+
+def block_prefix_bytes(profile: MemoryProfile) -> tuple[int, ...]:
+    """``prefix[i]`` = weights + KV of blocks ``0 .. i-1`` on a GPU (length ``n_blocks + 1``)."""
+    per_block = (w + kv for w, kv in zip(profile.block_weight_bytes, profile.block_kv_bytes, strict=True))
+    return (0, *accumulate(per_block))
+
+
+def host_prefix_bytes(profile: MemoryProfile) -> tuple[int, ...]:
+    """``prefix[i]`` = host weights + KV of blocks ``0 .. i-1`` kept in RAM (length ``n_blocks + 1``)."""
+    per_block = (profile.host_weight_bytes(i) + profile.block_kv_bytes[i] for i in range(profile.n_blocks))
+    return (0, *accumulate(per_block))
+
+
+class MainHostOverhead(NamedTuple):
+    """Main-worker RAM besides kept blocks, itemised as ``WorkerClaim`` reports it."""
+
+    fixed_bytes: int
+    embedding_bytes: int
+    output_bytes: int
+    compute_bytes: int
+
+
+def main_host_overhead(
+    profile: MemoryProfile,
+    *,
+    partial: bool,
+    output_offloaded: bool,
+    has_main_gpu: bool,
+    multi_device: bool | None = None,
+    host_blocks: int | None = None,
+) -> MainHostOverhead:
+    """Fixed cost (with the main-GPU extras when there is no main GPU), token embedding, the output
+    layer kept on the host, and the host compute buffer (the logits too when the output stays).
+    ``host_blocks`` as in ``device_compute_bytes``."""
+    kept_output = not output_offloaded
+    fallback = profile.flash_attn_fallback
+    fallback_bytes = fallback.host_extra_bytes if partial and fallback and fallback.applies(host_blocks) else 0
+    return MainHostOverhead(
+        fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
+        embedding_bytes=profile.token_embedding_bytes,
+        output_bytes=profile.host_output_bytes if kept_output else 0,
+        compute_bytes=profile.host_compute.bytes_for(partial, multi_device)
+        + (profile.host_output_compute_bytes if kept_output else 0)
+        + fallback_bytes,
+    )
+
+
+def main_host_overhead_bytes(
+    profile: MemoryProfile,
+    *,
+    partial: bool,
+    output_offloaded: bool,
+    has_main_gpu: bool,
+    multi_device: bool | None = None,
+    host_blocks: int | None = None,
+) -> int:
+    """Main-worker RAM besides kept blocks: fixed, embedding, kept output layer, compute, extras.
+
+    ``multi_device=None`` (device count not modelled) takes the larger host compute buffer;
+    ``host_blocks`` as in ``device_compute_bytes``.
+    """
+    return sum(
+        main_host_overhead(
+            profile,
+            partial=partial,
+            output_offloaded=output_offloaded,
+            has_main_gpu=has_main_gpu,
+            multi_device=multi_device,
+            host_blocks=host_blocks,
+        )
+    )
