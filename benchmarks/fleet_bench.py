@@ -137,10 +137,14 @@ def gpus_used(placed: list[PlacedReplica] | tuple[PlacedReplica, ...]) -> int:
 
 
 def bound_text(plan: FleetPlan) -> str:
-    """``tier value/bound gap`` for each tier with a bound, and where the bound holds."""
+    """Each tier's value, in its own units, against its bound ("no bound" where none is known), and
+    where the bound holds."""
     if not plan.bounds:
         return "no bound"
-    parts = [f"{b.tier.split()[0]} {b.value}/{b.bound:.1f} gap {b.gap:.1%} ({b.over})" for b in plan.bounds]
+    parts = []
+    for b in plan.bounds:
+        shown = "no bound" if b.bound is None or b.gap is None else f"{b.bound:.0f} gap {b.gap:.1%}"
+        parts.append(f"{b.unit} {b.value}/{shown}{' proven' if b.proven else ''} ({b.over})")
     return ", ".join(parts)
 
 

@@ -18,6 +18,7 @@ from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement
 from layerfit.fleet import choose, plan_fleet, valid_candidates
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.master import priority_weights
+from layerfit.fleet.tiers import TIER_NAMES
 from layerfit.memory import make_layout
 
 PLANNER = PlannerConfig(time_limit_s=2.0, num_search_workers=1)
@@ -114,11 +115,16 @@ def test_bounds_against_brute_force(fleet: Fleet) -> None:
     assert placed.bound <= trivial + 1e-6
     if placed.closed:
         assert placed.bound <= knapsack_bound(fleet, all_columns(fleet)) + 1e-6
-    # moves and GPUs/workers: the master's lower bound over the candidates, never above the count
-    assert len(plan.bounds) == len(plan.objective)
-    for tier, value in zip(plan.bounds[2:], plan.objective[2:], strict=True):
-        assert tier.over == "candidates" and tier.value == -value and tier.bound <= tier.value + 1e-6
-        assert tier.gap == 0 or plan.status.value != "optimal"
+    # every tier, in its own units; moves and GPUs: the master's lower bound over the candidates,
+    # never above the count, or none
+    assert [b.tier for b in plan.bounds] == list(TIER_NAMES)
+    assert plan.bounds[2].value == -plan.objective[2]
+    assert plan.bounds[3].value == len({(d.worker, d.gpu_index) for p in plan.placements for d in p.layout.devices})
+    for tier in plan.bounds:
+        assert tier.bound is None or (tier.gap is not None and 0 <= tier.gap <= 1)
+    for tier in plan.bounds[2:]:
+        assert tier.over == "candidates" and (tier.bound is None or tier.bound <= tier.value + 1e-6)
+        assert tier.proven or plan.status.value != "optimal"
     # where column generation closes the gap, the plan is the brute-force optimum
     if placed.gap == 0:
         assert plan.objective[0] == optimum[0]

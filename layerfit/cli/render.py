@@ -153,6 +153,7 @@ def render_fleet(plan: FleetPlan, cluster: Cluster) -> str:
     lines.append(
         f"  {len(plan.placements)} placed ({counts}), {len(plan.stopped)} stopped, {len(plan.unplaced)} not placed"
     )
+    lines += [f"  tier: {bound.text}" for bound in plan.bounds]
     for change in placed_changes:
         if by_change[change]:
             lines.append(f"  {change.value}:")

@@ -172,18 +172,23 @@ class FleetConfig(Frozen):
 
 
 class TierBound(Frozen):
-    """How far the plan can be from the best possible on one tier."""
+    """How far the plan can be from the best possible on one tier, in the tier's own units."""
 
     tier: str
     value: int
-    """The plan's value on this tier."""
-    bound: float
+    """The plan's value on this tier, in ``unit`` (for the GPUs and workers tier: GPUs used)."""
+    unit: str = ""
+    """What ``value`` and ``bound`` count: priority weight, layers, replicas, GPUs."""
+    bound: float | None
     """No plan beats this; for the layers tier: no plan that places at least ``placed_floor``
     (the plan's own priority weight, so the best plan overall is among them). On the minimised
-    tiers (replicas moved, GPUs and workers used) ``value`` is the count and ``bound`` a lower
-    bound, among the plans with the earlier tiers' values."""
-    gap: float
-    """``(bound - value) / max(1, |bound|)``; 0 when the tier is proven optimal."""
+    tiers (replicas moved, GPUs used) a lower bound, among the plans with the earlier tiers'
+    values. ``None``: no bound beyond the trivial one is known (the tier was cut short)."""
+    gap: float | None
+    """Maximised tiers ``(bound - value) / bound``, minimised ``(value - bound) / value``: between 0
+    and 1, 0 when no integer lies between them; ``None`` without a bound."""
+    proven: bool = False
+    """The value is the best possible (over ``over``)."""
     over: Literal["all layouts", "candidates"]
     """``all layouts``: from column generation, priced over every valid layout of every deployment;
     ``candidates``: the master's own bound, relative to the candidate layouts only."""
@@ -194,6 +199,23 @@ class TierBound(Frozen):
     """Rounds of LP and pricing."""
     columns_added: NonNegInt = 0
     """Layouts pricing added to the candidates."""
+
+    @property
+    def text(self) -> str:
+        """``tier value (of at most / at least bound, gap, over)``, or ``no bound (not proven)``."""
+        if self.proven:
+            return f"{self.tier} {self.value} {self.unit}: proven best over {self.over}"
+        if self.bound is None or self.gap is None:
+            return f"{self.tier} {self.value} {self.unit}: not proven, no bound"
+        side = "at most" if self.tier in MAXIMISED_TIERS else "at least"
+        return (
+            f"{self.tier} {self.value} {self.unit}: not proven, best possible {side} {self.bound:g} "
+            f"over {self.over} (gap {self.gap:.1%})"
+        )
+
+
+MAXIMISED_TIERS = ("priority weight placed", "layers on GPUs")
+"""The fleet tiers where more is better; the others (replicas moved, GPUs used) are minimised."""
 
 
 class FleetPlan(Frozen):

@@ -39,6 +39,7 @@ from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, identical_groups
 from layerfit.fleet.executors import run_tasks
+from layerfit.fleet.gaps import UNITS
 from layerfit.fleet.master import ResourceKey, capacity_bytes, claim_bytes
 from layerfit.fleet.pricing import Priced, Prices, PricingTask, claim_value, pricing_task
 
@@ -308,11 +309,14 @@ def gap_of(value: int, bound: float) -> float:
 
 def tier_bound(bound: Bound, value: int) -> TierBound:
     """The plan's value against a column-generation bound (never above the trivial one)."""
+    tier_gap = gap_of(value, bound.value)
     return TierBound(
         tier=bound.tier,
+        unit=UNITS[bound.tier],
         value=value,
         bound=bound.value,
-        gap=gap_of(value, bound.value),
+        gap=tier_gap,
+        proven=tier_gap == 0.0,
         over="all layouts" if bound.over_all_layouts else "candidates",
         closed=bound.closed,
         placed_floor=round(bound.placed_floor),

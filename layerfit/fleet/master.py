@@ -120,7 +120,9 @@ class Master:
         self.moved = self.moves_total - self.kept
         """Replicas with a current placement, that the deployment still has, and that do not stay in
         it (first starts are not moves; replicas beyond the replica count stop, which is no move)."""
-        self.footprint = sum(self.used_gpus) * (len(cluster.workers) + 1) + sum(self.used_workers)
+        self.n_workers = len(cluster.workers)
+        self.footprint = sum(self.used_gpus) * (self.n_workers + 1) + sum(self.used_workers)
+        """GPUs used, then workers used, as one number: ``GPUs x (workers + 1) + workers``."""
 
     def _replica_row(self, d: int, deployment: Deployment) -> list[cp_model.IntVar]:
         row = [self.model.new_int_var(0, deployment.replicas, f"x_{d}_{c}") for c in range(len(self.candidates[d]))]

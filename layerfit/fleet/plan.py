@@ -11,6 +11,7 @@ from layerfit.deadline import Deadline
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import (
+    MAXIMISED_TIERS,
     Fleet,
     FleetConfig,
     FleetPlan,
@@ -25,9 +26,12 @@ from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Stat
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
-from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, gap_of, reached, tier_bound, trivial_bounds
+from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, reached, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
 from layerfit.fleet.executors import run_tasks
+from layerfit.fleet.gaps import UNITS, gpus_bound
+from layerfit.fleet.gaps import tier_bound as gap_bound
+from layerfit.fleet.greedy import gpus_used
 from layerfit.fleet.master import Master, priority_weights
 from layerfit.fleet.moves import assign_replicas, order_moves
 from layerfit.fleet.screen import pin_conflicts, screen, with_stops_first
@@ -245,12 +249,12 @@ def _with_column_generation(
         again = choose(fleet, profiles, cg.candidate_sets(), config, planner_config, start, deadline)
         if again.objective > plan.objective:
             plan = again
-    values = plan.objective
     bounds = (
-        tier_bound(placed_bound, values[0] if values else 0),
-        tier_bound(layers_bound, values[1] if len(values) > 1 else 0),
+        tier_bound(placed_bound, plan.bounds[0].value),
+        tier_bound(layers_bound, plan.bounds[1].value),
         *plan.bounds[2:],
     )
+    gap = next((b.gap for b in bounds if b.tier == plan.gap_tier), None)
     stats = plan.stats[0].model_copy(
         update={
             "details": {
@@ -261,7 +265,7 @@ def _with_column_generation(
             }
         }
     )
-    return plan.model_copy(update={"bounds": bounds, "stats": (stats,)})
+    return plan.model_copy(update={"bounds": bounds, "gap": gap, "stats": (stats,)})
 
 
 def _replicas(
@@ -333,6 +337,7 @@ def choose(
     moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed], before)
     kept_or_moved = {(p.deployment, p.replica) for p in placed}
     stopped = tuple(ReplicaRef(deployment=d, replica=r) for d, r in before if (d, r) not in kept_or_moved)
+    bounds = candidate_bounds(master, outcome)
     stats = EngineStats(
         engine="fleet",
         wall_time_s=time.perf_counter() - started,
@@ -351,23 +356,27 @@ def choose(
         stopped=stopped,
         reasons=tuple(reasons),
         objective=outcome.values,
-        gap=outcome.gap,
+        gap=next((b.gap for b in bounds if b.tier == outcome.gap_tier), None),
         gap_tier=outcome.gap_tier,
-        bounds=candidate_bounds(outcome),
+        bounds=bounds,
         stats=(stats,),
     )
 
 
-def candidate_bounds(outcome: TierOutcome) -> tuple[TierBound, ...]:
-    """The master's own bound on every tier it solved, relative to the candidates only (each among
-    the plans with the earlier tiers' values). Minimised tiers (moves, GPUs and workers) give their
-    count as the value and a lower bound."""
+def candidate_bounds(master: Master, outcome: TierOutcome) -> tuple[TierBound, ...]:
+    """Every tier's value in its own units with the master's own bound, relative to the candidates
+    only (each among the plans with the earlier tiers' values); a tier not solved (cut short) or
+    whose bound is trivial has none. The GPUs and workers tier is given in GPUs."""
+    counts = (*master.tier_values(outcome.counts), gpus_used(master, outcome.counts))
     bounds = []
-    for position, (value, bound) in enumerate(zip(outcome.values, outcome.master_bounds, strict=False)):
-        maximised = position < 2
-        count = value if maximised else -value
-        gap = gap_of(value, bound if maximised else -bound)
-        bounds.append(TierBound(tier=TIER_NAMES[position], value=count, bound=bound, gap=gap, over="candidates"))
+    for position, name in enumerate(TIER_NAMES):
+        maximised = name in MAXIMISED_TIERS
+        solved = position < len(outcome.values)
+        raw = outcome.master_bounds[position] if solved and position < len(outcome.master_bounds) else None
+        if position == 3 and raw is not None:
+            raw = float(gpus_bound(raw, master.n_workers))
+        proven = solved and position < len(outcome.proven) and outcome.proven[position]
+        bounds.append(gap_bound(name, UNITS[name], counts[position], raw, maximised, proven))
     return tuple(bounds)
 
 

@@ -52,14 +52,15 @@ def tiers_of(master: Master) -> list[Tier]:
 @dataclass(frozen=True)
 class TierOutcome:
     """Status, replicas per candidate, tier values (maximised: as is; minimised: negated), the
-    master's gap, the first tier not proven, and the master's own bound per tier solved."""
+    first tier not proven, and the master's own bound per tier solved."""
 
     status: Status
     counts: Counts
     values: tuple[int, ...]
-    gap: float | None
     gap_tier: str | None
     master_bounds: tuple[float, ...] = ()
+    proven: tuple[bool, ...] = ()
+    """Per tier solved: optimal over the candidates (given the earlier tiers' values)."""
 
 
 def _solver(config: FleetConfig) -> cp_model.CpSolver:
@@ -79,8 +80,8 @@ class _Stages:
         self.solver = _solver(config)
         self.values: list[int] = []
         self.bounds: list[float] = []
+        self.proven: list[bool] = []
         self.status = Status.OPTIMAL
-        self.gap: float | None = 0.0
         self.gap_tier: str | None = None
         first = greedy(master)
         self.counts: Counts | None = first if master.satisfies_pins(first) else None
@@ -95,6 +96,7 @@ class _Stages:
         """Record the tier's value and keep it in the model for the later tiers."""
         self.values.append(value if tier.maximize else -value)
         self.bounds.append(float(value))
+        self.proven.append(True)
         if tier.maximize:
             self.master.model.add(tier.expression >= value)
         else:
@@ -102,7 +104,7 @@ class _Stages:
 
     def _stop(self, tier: Tier) -> None:
         self.status = Status.FEASIBLE if self.counts is not None else Status.UNKNOWN
-        self.gap, self.gap_tier = None, tier.name
+        self.gap_tier = tier.name
 
     def reaches_simple_bound(self, position: int, tier: Tier) -> bool:
         return (
@@ -138,11 +140,11 @@ class _Stages:
             # The first tier not proven optimal decides the status and the reported gap; later
             # tiers still improve the solution with this tier's value fixed.
             self.status = Status.FEASIBLE
-            self.gap = abs(self.solver.best_objective_bound - value) / max(1.0, abs(value))
             self.gap_tier = tier.name
         self._hint(self.counts)
         self.fix(tier, value)
         self.bounds[-1] = self.solver.best_objective_bound
+        self.proven[-1] = outcome == cp_model.OPTIMAL
         return True
 
 
@@ -167,7 +169,12 @@ def solve_tiers(master: Master, config: FleetConfig) -> TierOutcome:
         elif not stages.solve(position, tier, len(tiers)):
             break
     if stages.counts is None:
-        return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.x], (), None, stages.gap_tier)
+        return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.x], (), stages.gap_tier)
     return TierOutcome(
-        stages.status, stages.counts, tuple(stages.values), stages.gap, stages.gap_tier, tuple(stages.bounds)
+        stages.status,
+        stages.counts,
+        tuple(stages.values),
+        stages.gap_tier,
+        tuple(stages.bounds),
+        tuple(stages.proven),
     )

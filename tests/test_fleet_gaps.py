@@ -1,0 +1,62 @@
+"""Tier bounds and gaps as printed: in each tier's own units, only where they mean something."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from test_fleet_deadline import CONFIG, PLANNER, fleet
+
+from layerfit.cli.render import render_fleet
+from layerfit.domain import Status
+from layerfit.fleet import plan_fleet
+from layerfit.fleet.gaps import gap, gpus_bound, tier_bound
+from layerfit.fleet.master import Master
+from layerfit.fleet.plan import candidate_bounds
+from layerfit.fleet.tiers import TierOutcome
+
+
+@given(st.integers(0, 2000), st.integers(0, 300), st.data())
+def test_gpus_bound_of_a_footprint_is_its_gpu_count(gpus: int, n_workers: int, data: st.DataObject) -> None:
+    workers = data.draw(st.integers(0, n_workers))
+    footprint = gpus * (n_workers + 1) + workers
+    assert gpus_bound(footprint, n_workers) == gpus
+    # a lower bound on the footprint gives a lower bound on the GPUs
+    assert gpus_bound(data.draw(st.integers(0, footprint)), n_workers) <= gpus
+
+
+@given(st.integers(0, 10_000), st.integers(0, 10_000), st.booleans())
+def test_gaps_are_between_zero_and_one(value: int, other: int, maximised: bool) -> None:
+    low, high = sorted((value, other))
+    plan_value, bound = (low, high) if maximised else (high, low)
+    assert 0 <= gap(plan_value, bound, maximised) <= 1
+    assert (gap(plan_value, bound, maximised) == 0) == (plan_value == bound)
+
+
+def test_a_trivial_bound_on_a_minimised_tier_is_no_bound() -> None:
+    # the GPUs tier cut short: CP-SAT's bound 0 against 343 GPUs is no bound, not a 100 % gap
+    cut = tier_bound("GPUs and workers used", "GPUs", 343, 0.0, maximised=False, proven=False)
+    assert cut.bound is None and cut.gap is None and not cut.proven
+    assert "no bound" in cut.text and "%" not in cut.text and "343 GPUs" in cut.text
+    some = tier_bound("GPUs and workers used", "GPUs", 343, 300.0, maximised=False, proven=False)
+    assert some.bound == 300 and some.gap is not None and abs(some.gap - 43 / 343) < 1e-9
+    assert "at least 300" in some.text and "12.5%" in some.text
+    assert tier_bound("replicas moved", "replicas", 0, 0.0, maximised=False, proven=True).proven
+
+
+def test_a_tier_cut_short_has_no_bound_and_says_so() -> None:
+    plan = plan_fleet(fleet(), CONFIG, PLANNER)
+    assert plan.status is Status.OPTIMAL
+    master = Master(fleet().cluster, fleet().deployments, [(), (), ()], {}, {})
+    assert master.n_workers == 2
+    cut = TierOutcome(
+        Status.FEASIBLE, [[], [], []], (3, 48, 0), "GPUs and workers used", (3.0, 48.0, 0.0), (True, True, True)
+    )
+    bounds = candidate_bounds(master, cut)
+    assert [b.proven for b in bounds] == [True, True, True, False]
+    assert bounds[3].bound is None and bounds[3].gap is None and bounds[3].value == 0
+    cut_plan = plan.model_copy(update={"bounds": bounds, "gap": None, "gap_tier": bounds[3].tier})
+    shown = render_fleet(cut_plan, fleet().cluster)
+    assert "GPUs and workers used 0 GPUs: not proven, no bound" in shown and "%" not in shown
+    # the whole plan: every tier proven, in its own units
+    assert all(b.proven for b in plan.bounds)
+    assert "4 GPUs: proven best over candidates" in render_fleet(plan, fleet().cluster)
