@@ -1,5 +1,6 @@
 """layerfit's own GGUF constants agree with the gguf package, and the estimate path imports neither
-gguf nor numpy (nor OR-Tools), nor does a bad input file before its error is reported."""
+gguf nor numpy (nor OR-Tools), nor does a bad input file before its error is reported; ``--help`` and
+argument errors import not even pydantic or yaml."""
 
 from __future__ import annotations
 
@@ -86,3 +87,17 @@ def test_a_bad_input_file_answers_before_heavy_imports(tmp_path: Path, which: st
         f"assert {which!r} in err.getvalue(), err.getvalue()"
     )
     assert _heavy(_modules_after(code)) == set()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["estimate", "--help"], ["plan", "--cluster", "c.yaml", "--bogus"], ["replan", "--no-such"]],
+)
+def test_help_and_argument_errors_import_no_pydantic(argv: list[str]) -> None:
+    code = (
+        "import contextlib, io\nfrom layerfit.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    assert main({argv!r}) in (0, 2)"
+    )
+    loaded = {name.split(".")[0] for name in _modules_after(code)}
+    assert loaded & {*HEAVY, "pydantic", "pydantic_core", "yaml"} == set()

@@ -294,3 +294,35 @@ def test_mutated_headers_raise_only_estimation_errors(mutations: list[tuple[str,
         assert profile.n_blocks == shape.block_count == len(shape.block_bytes)
     finally:
         os.unlink(handle.name)
+
+
+def _walk_reference(buf: bytes, pos: int, count: int, limit: int) -> tuple[int, int]:
+    """One string at a time: stop before the first string (or length prefix) that ends past ``limit``."""
+    end = min(limit, len(buf))
+    for walked in range(count):
+        if pos + 8 > end:
+            return pos, walked
+        after = pos + 8 + int.from_bytes(buf[pos : pos + 8], "little")
+        if after > end:
+            return pos, walked
+        pos = after
+    return pos, count
+
+
+@given(
+    lengths=st.lists(st.integers(0, 40) | st.sampled_from([2**40, 2**64 - 1]), max_size=30),
+    cut=st.integers(0, 1500),
+    start=st.integers(0, 3),
+    extra=st.integers(0, 5),
+)
+@settings(max_examples=300)
+def test_string_walk_stops_where_a_string_runs_past_the_window(
+    lengths: list[int], cut: int, start: int, extra: int
+) -> None:
+    """The unchecked fast walk and its checked fallback agree with a plain walk for every window end,
+    also when a length prefix is absurd (past any buffer) or cut in half."""
+    buf = b"\x01" * start + b"".join(n.to_bytes(8, "little") + b"x" * min(n, 40) for n in lengths)
+    count = len(lengths) + extra
+    assert reader._walk_strings(buf, start, count, cut) == _walk_reference(buf, start, count, cut)
+    whole = len(lengths), len(buf)
+    assert reader._walk_strings(buf, start, *whole) == _walk_reference(buf, start, *whole)

@@ -9,7 +9,6 @@ Exit codes: 0 placed (or estimate printed), 1 nothing fits, 2 bad input.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -71,6 +70,8 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
         name = token.partition("=")[0]
         if not name.startswith("--") or lookup(name) is not None or name in LEGACY_FLAGS:
             continue
+        import difflib  # only for a misspelling: kept off the start-up path
+
         mine = difflib.get_close_matches(name, own, n=1, cutoff=0.6)
         nearest = mine[0] if mine else closest_flag(name)
         hint = f"; did you mean {nearest}?" if nearest else ""

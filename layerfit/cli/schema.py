@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from layerfit.cli.common import EXIT_PLACED, HELP_FORMAT
@@ -38,6 +37,8 @@ def cmd_schema(args: argparse.Namespace, rest: list[str]) -> int:
 
     if rest:
         raise InputError("schema", f"unexpected arguments {rest}")
+    import json
+
     print(json.dumps(output_schema(args.output), indent=2, sort_keys=False))
     return EXIT_PLACED
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from functools import cache
 from typing import NamedTuple
@@ -72,6 +71,8 @@ def lookup(name: str) -> Flag | None:
 
 def closest_flag(name: str) -> str | None:
     """The known option name nearest to a misspelled one (``--ctx-szie`` -> ``--ctx-size``)."""
+    import difflib  # only for a misspelling: kept off the start-up path
+
     candidates = [*_by_name(), *LEGACY_FLAGS]
     matches = difflib.get_close_matches(normalise(name), candidates, n=1, cutoff=0.6)
     return matches[0] if matches else None

@@ -20,7 +20,7 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import pairwise, repeat
 from typing import BinaryIO, NamedTuple
 
 from layerfit.errors import EstimationError
@@ -245,11 +245,32 @@ class _Cursor:
 def _walk_strings(buf: bytes, pos: int, count: int, limit: int) -> tuple[int, int]:
     """Walk up to ``count`` length-prefixed strings from ``pos`` that end by ``limit``: the offset
     reached and how many were walked."""
-    unpack = _U64.unpack_from
     end = min(limit, len(buf))
     view = buf if end == len(buf) else memoryview(buf)[:end]
+    reached = _walk_all(view, pos, count)
+    if reached is not None and reached <= end:
+        return reached, count
+    return _walk_checked(view, pos, count, end)
+
+
+def _walk_all(view: bytes | memoryview, pos: int, count: int) -> int | None:
+    """The offset after ``count`` strings from ``pos``, or ``None`` when a length prefix lies past
+    ``view``. The hot loop of a header read (a vocabulary has ~10^5 strings), so it checks nothing
+    per string: the last string may end past ``view``, which the caller checks once."""
+    unpack = _U64.unpack_from
+    try:
+        for _ in repeat(None, count):
+            pos += 8 + unpack(view, pos)[0]
+    except (struct.error, OverflowError):  # a length prefix past ``view``, or past any buffer
+        return None
+    return pos
+
+
+def _walk_checked(view: bytes | memoryview, pos: int, count: int, end: int) -> tuple[int, int]:
+    """``_walk_strings`` one bounds check per string: where the window ends inside the array."""
+    unpack = _U64.unpack_from
     walked = 0
-    try:  # the hot loop of a header read (a vocabulary has ~10^5 strings): one bounds check per string
+    try:
         for walked in range(count):
             after = pos + 8 + unpack(view, pos)[0]
             if after > end:
