@@ -40,10 +40,12 @@ from layerfit.domain import (
 )
 from layerfit.memory import claims
 from layerfit.solver import SolveResult, layout_is_feasible_in_model, solve
+from layerfit.solver.alternatives import twin_alternatives
 from layerfit.solver.candidates import incumbent_of
 from layerfit.solver.instance import build_instance
 from layerfit.solver.objective import placement_score
 from layerfit.solver.proofs import capacity_infeasibility, single_gpu_answer
+from layerfit.solver.scale import tie_break_unit
 
 # ---------------------------------------------------------------------------------------------
 # Strategies
@@ -348,3 +350,98 @@ def test_each_shortcut_agrees_with_the_full_solve(data: st.DataObject) -> None:
         assert result_key(fast) == result_key(full)
         assert fast.tiers.tie_break >= full.tiers.tie_break - 1e-9
         assert len(fast.alternatives) >= min(config.alternatives, len(full.alternatives))
+
+
+@st.composite
+def twin_cases(draw: st.DrawFn) -> tuple[MemoryProfile, Cluster, Deployment, PlannerConfig]:
+    """A small cluster with 2-4 identical workers and a near twin of them (one GPU or the RAM
+    differs, so no swap onto it keeps every figure), a deployment and a config with alternatives."""
+    profile = draw(profiles(max_blocks=12, unit=16 * MiB))
+    drawn = draw(clusters(max_gpus=6, max_workers=3, top=1200, unit=16 * MiB))
+    vram = [draw(st.integers(300, 1200)) * 16 * MiB for _ in range(draw(st.integers(1, 3)))]
+    ram = draw(st.integers(600, 2400)) * 16 * MiB
+    template = Worker(
+        id="t",
+        name="t",
+        unified_memory=draw(st.integers(0, 4)) == 0,
+        total_ram_bytes=ram,
+        allocatable_ram_bytes=ram,
+        gpus=tuple(Gpu(index=j, total_vram_bytes=v, allocatable_vram_bytes=v) for j, v in enumerate(vram)),
+    )
+    twins = [template.model_copy(update={"id": f"t{i}", "name": f"t{i}"}) for i in range(draw(st.integers(2, 4)))]
+    delta = draw(st.sampled_from([-64, -1, 1, 64])) * 16 * MiB
+    if draw(st.booleans()):
+        size = max(0, vram[0] + delta)
+        changed: dict[str, object] = {
+            "gpus": (Gpu(index=0, total_vram_bytes=size, allocatable_vram_bytes=size), *template.gpus[1:])
+        }
+    else:
+        changed = {"total_ram_bytes": max(0, ram + delta), "allocatable_ram_bytes": max(0, ram + delta)}
+    near = template.model_copy(update={"id": "n", "name": "n", **changed})
+    where = Cluster(workers=(*drawn.workers, near, *twins))
+    dep = draw(deployments(where, profile, with_split=False))
+    config = draw(configs()).model_copy(update={"alternatives": draw(st.integers(1, 3))})
+    return profile, where, dep, config
+
+
+@SLOW
+@given(case=twin_cases())
+def test_twin_swaps_keep_every_tier_and_the_score(
+    case: tuple[MemoryProfile, Cluster, Deployment, PlannerConfig],
+) -> None:
+    """Each twin swap of a valid layout is valid, on other workers, with the same tiers and score;
+    one exists whenever the layout uses one of the identical workers and another is unused."""
+    profile, where, dep, config = case
+    plan = heuristics.plan(where, dep, config, profile)
+    assume(plan.best is not None)
+    assert plan.best is not None
+    layout = plan.best.layout
+    found = twin_alternatives(where, dep, profile, config, layout, config.alternatives)
+    event(f"twin swaps: {len(found)}")
+    score = placement_score(where, config.policy, layout, claims(profile, layout, unified_workers(where)))
+    assert len(found) <= config.alternatives
+    keys = {(layout.main_worker, tuple(sorted((d.worker, d.gpu_index) for d in layout.devices)))}
+    for candidate in found:
+        assert check_layout(where, dep, profile, candidate.layout, config) == ()
+        assert candidate.score == score
+        assert tier_key(candidate.layout) == tier_key(layout)
+        key = (candidate.layout.main_worker, tuple(sorted((d.worker, d.gpu_index) for d in candidate.layout.devices)))
+        assert key not in keys
+        keys.add(key)
+    twins = {w.name for w in where.workers if w.name.startswith("t")}
+    if twins & set(layout.workers) and twins - set(layout.workers) and dep.gpu_selection is None:
+        assert found
+
+
+@SLOW
+@given(case=twin_cases())
+def test_twin_swap_alternatives_agree_with_the_full_solve(
+    case: tuple[MemoryProfile, Cluster, Deployment, PlannerConfig],
+) -> None:
+    """Alternatives found by trading a worker for an identical one have the best's tiers and score,
+    and the list is as long and, place by place, as good as the re-solves' own (within the
+    tie-break's coarse unit)."""
+    profile, where, dep, config = case
+    plan = heuristics.plan(where, dep, config, profile)
+    fast = solve(where, dep, profile, config, hint=plan.layout)
+    swaps = [entry for entry in str(fast.stats.details["shortcuts"]).split(",") if entry.startswith("twin-swap:")]
+    event(f"twin swaps: {swaps[0] if swaps else 'none'}")
+    if not swaps:
+        return
+    full = solve(where, dep, profile, config, hint=plan.layout, shortcuts=False)
+    assert_valid(where, dep, profile, config, fast)
+    assert fast.best is not None and full.best is not None
+    assert fast.best.layout == full.best.layout
+    swapped = int(swaps[0].split(":")[1])
+    assert 1 <= swapped <= len(fast.alternatives)
+    for candidate in fast.alternatives[:swapped]:
+        assert candidate.score == fast.best.score
+        assert set(candidate.layout.workers) != set(fast.best.layout.workers)
+    assert len(fast.alternatives) >= min(config.alternatives, len(full.alternatives))
+    if fast.stats.details["truncated"] or full.stats.details["truncated"]:
+        return
+    instance = build_instance(where, dep, profile, config)
+    tie_unit_mib = tie_break_unit(cls.capacity for cls in instance.classes) * instance.scale.unit_bytes / MiB
+    tolerance = (len(fast.best.layout.devices) + 1) * tie_unit_mib
+    for ours, theirs in zip(fast.alternatives, full.alternatives, strict=False):
+        assert ours.score >= theirs.score - tolerance

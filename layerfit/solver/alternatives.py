@@ -3,24 +3,39 @@
 Each re-solve of the final model excludes the GPU sets (with their main worker) already returned,
 until ``config.alternatives`` are found or no other exists: a count, not a share of the time, so
 the set is reproducible (``truncated`` in the stats when the time limit cut it).
+
+**Twin swaps first** (shortcut ``twin-swap``): a worker of the best layout traded for an unused
+worker with the same memory type, allocatable RAM and GPUs (type and allocatable VRAM) changes no
+memory figure and no tie-break score, so when ``check`` accepts the result it is as good as the
+best on every tier, tie-break included, and on another GPU set: an alternative found without
+CP-SAT. (The model's symmetry breaking keeps such swaps out of its own re-solves.) The re-solves
+then exclude those GPU sets too, and come after them: best tie-break first still holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ortools.sat.python import cp_model
 
-from layerfit.domain.cluster import Cluster
+from layerfit.check import check_layout
+from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.plan import Candidate
 from layerfit.domain.profile import MemoryProfile
 from layerfit.solver.build import BuiltModel
-from layerfit.solver.candidates import checked_candidate
+from layerfit.solver.candidates import candidate_of, checked_candidate
+from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, tie_break
 from layerfit.solver.progress import tie_break_measure
 from layerfit.solver.runner import Run, run
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, stage_name
 from layerfit.solver.variables import IntVar, Variables
+
+TWIN_SWAP = "twin-swap"
+"""Shortcut name: alternatives found by trading a worker for an identical unused one."""
 
 
 def alternatives(
@@ -31,6 +46,8 @@ def alternatives(
     outcome: SearchOutcome,
     clock: Clock,
     trace: Trace,
+    *,
+    shortcuts: bool = True,
 ) -> tuple[Candidate, ...]:
     """Up to ``config.alternatives`` more layouts as good on the strict tiers, on other GPU sets,
     best tie-break first (the final model keeps the strict tiers fixed)."""
@@ -44,7 +61,9 @@ def alternatives(
         built.model.add(expression == value)
     if not outcome.ranks_tie_break:
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=outcome.gpus > 0))
-    return alternatives_after(cluster, deployment, profile, config, built, outcome.best, clock, trace)
+    return alternatives_after(
+        cluster, deployment, profile, config, built, outcome.best, clock, trace, shortcuts=shortcuts
+    )
 
 
 def alternatives_after(
@@ -56,36 +75,118 @@ def alternatives_after(
     previous: Run,
     clock: Clock,
     trace: Trace,
+    *,
+    shortcuts: bool = True,
 ) -> tuple[Candidate, ...]:
-    """Re-solves of a model whose strict tiers are fixed, each excluding the GPU sets found so far
-    (``previous`` first), until ``config.alternatives`` are found or no other exists."""
-    uses_gpus = any(previous.value(slot.used) for slot in built.variables.slots)
-    measure = tie_break_measure(stage_name(built.instance, "alternative"), built.instance, uses_gpus=uses_gpus)
+    """Twin swaps of the best layout (``previous``), then re-solves of a model whose strict tiers
+    are fixed, each excluding the GPU sets found so far, until ``config.alternatives`` are found or
+    no other exists."""
+    best = previous.layout(built)
+    exclude(built.model, built.instance, built.variables, best)
     found: list[Candidate] = []
+    if shortcuts:
+        found = twin_alternatives(cluster, deployment, profile, config, best, config.alternatives)
+        if found:
+            trace.shortcuts.append(f"{TWIN_SWAP}:{len(found)}")
+        for candidate in found:
+            exclude(built.model, built.instance, built.variables, candidate.layout)
+    uses_gpus = bool(best.devices)
+    measure = tie_break_measure(stage_name(built.instance, "alternative"), built.instance, uses_gpus=uses_gpus)
     while len(found) < config.alternatives:
         if clock.remaining() <= 0:
             trace.truncated = "alternatives"
             break
-        exclude(built.model, built.variables, previous)
         built.model.proto.clear_solution_hint()
         result = trace.record("alternative", run(built, config, clock.remaining(), measure))
         if not result.proven:
             trace.truncated = "alternatives"  # the time limit cut this solve: the set may differ next time
         if not result.found:
             break
-        found.append(checked_candidate(cluster, deployment, profile, config, result.layout(built)))
-        previous = result
+        layout = result.layout(built)
+        found.append(checked_candidate(cluster, deployment, profile, config, layout))
+        exclude(built.model, built.instance, built.variables, layout)
     return tuple(found)
 
 
-def exclude(model: cp_model.CpModel, variables: Variables, result: Run) -> None:
-    """No-good cut: another main worker, or another multiset of GPU classes."""
+def twin_alternatives(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    best: Layout,
+    count: int,
+) -> list[Candidate]:
+    """Up to ``count`` layouts as good as ``best`` on every tier, each on another GPU set: ``best``
+    with one worker traded for an identical unused one (``twin_layouts``), kept when ``check``
+    accepts it and its score equals ``best``'s."""
+    score = candidate_of(cluster, deployment, profile, config, best).score
+    found: list[Candidate] = []
+    for layout in twin_layouts(cluster, best):
+        if len(found) >= count:
+            break
+        if check_layout(cluster, deployment, profile, layout, config):
+            continue
+        candidate = candidate_of(cluster, deployment, profile, config, layout)
+        if candidate.score == score:
+            found.append(candidate)
+    return found
+
+
+def _signature(worker: Worker) -> tuple[object, ...]:
+    """What the memory model and the tie-break see of a worker."""
+    gpus = tuple(sorted((gpu.type, gpu.allocatable_vram_bytes) for gpu in worker.gpus))
+    return (worker.unified_memory, worker.allocatable_ram_bytes, gpus)
+
+
+def _gpu_map(original: Worker, twin: Worker) -> dict[int, int]:
+    """Each GPU index of ``original`` -> the index of the GPU of ``twin`` in the same place when
+    both are sorted by type, allocatable VRAM and index (same signature: same types and sizes)."""
+
+    def order(worker: Worker) -> list[int]:
+        ranked = sorted(worker.gpus, key=lambda gpu: (gpu.type, gpu.allocatable_vram_bytes, gpu.index))
+        return [gpu.index for gpu in ranked]
+
+    return dict(zip(order(original), order(twin), strict=True))
+
+
+def twin_layouts(cluster: Cluster, layout: Layout) -> Iterator[Layout]:
+    """``layout`` with one of its workers (in ``layout.workers`` order) traded for an unused worker
+    of the same signature (in cluster order), its GPUs mapped one to one by type and size."""
+    used = set(layout.workers)
+    for name in layout.workers:
+        original = cluster.worker(name)
+        signature = _signature(original)
+        for twin in cluster.workers:
+            if twin.name in used or _signature(twin) != signature:
+                continue
+            gpu_map = _gpu_map(original, twin)
+            devices = tuple(
+                device
+                if device.worker != name
+                else DeviceAssignment(worker=twin.name, gpu_index=gpu_map[device.gpu_index], blocks=device.blocks)
+                for device in layout.devices
+            )
+            main = twin.name if layout.main_worker == name else layout.main_worker
+            yield layout.model_copy(update={"main_worker": main, "devices": devices})
+
+
+def exclude(model: cp_model.CpModel, instance: Instance, variables: Variables, layout: Layout) -> None:
+    """No-good cut: another main worker, or another multiset of GPU classes, than ``layout``'s
+    (nothing when the model cannot hold ``layout``: it excludes no layout of the model)."""
+    main = instance.worker_index(layout.main_worker)
+    if main is None or main not in variables.main:
+        return
     by_class: dict[int, list[IntVar]] = {}
     for slot in variables.slots:
         for c, assigned in slot.assign.items():
             by_class.setdefault(c, []).append(assigned)
-    counts = {c: sum(result.value(lit) for lit in lits) for c, lits in by_class.items()}
-    escapes: list[cp_model.LiteralT] = [~main for main in variables.main.values() if result.value(main)]
+    counts: dict[int, int] = dict.fromkeys(by_class, 0)
+    for device in layout.devices:
+        held = instance.class_of(device.worker, device.gpu_index)
+        if held is None or held not in by_class:
+            return
+        counts[held] += 1
+    escapes: list[cp_model.LiteralT] = [~variables.main[main]]
     unused = [lit for c, lits in by_class.items() if not counts[c] for lit in lits]
     if unused:
         other_class = model.new_bool_var("")

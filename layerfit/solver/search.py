@@ -126,7 +126,9 @@ def solve(
         return kept_incumbent(instance, clock, trace, incumbent, Status.FEASIBLE, bound=outcome.bound)
     alternatives: tuple[Candidate, ...] = ()
     if outcome.strict_proven and config.alternatives:
-        alternatives = find_alternatives(cluster, deployment, profile, config, outcome, clock, trace)
+        alternatives = find_alternatives(
+            cluster, deployment, profile, config, outcome, clock, trace, shortcuts=shortcuts
+        )
     status = Status.OPTIMAL if outcome.strict_proven and outcome.tie_break_proven else Status.FEASIBLE
     tiers = TierValues(gpu_layers=outcome.layers, workers=outcome.workers, gpus=outcome.gpus, tie_break=best.score)
     objective = float(strict_value(instance, outcome.layers, outcome.workers, outcome.gpus))

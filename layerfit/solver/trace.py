@@ -50,6 +50,8 @@ class Trace:
     count otherwise, so the same input gives the same set)."""
     proof: str = "none"
     """What proves the strict tiers: ``cp-sat``, a named shortcut, or ``none``."""
+    shortcuts: list[str] = field(default_factory=list)
+    """Later stages answered without CP-SAT, each by its proof's name (``name:count``)."""
     incumbent: str = "none"
     """The heuristic's layout: ``none`` (absent or invalid), ``valid``, ``kept`` as the answer, or
     ``contradicted`` (CP-SAT called the model infeasible; the layout is kept, nothing is proven)."""
@@ -128,6 +130,7 @@ def solve_result(
         "solves": trace.solves,
         "hint": trace.hint,
         "proof": trace.proof,
+        "shortcuts": ",".join(trace.shortcuts),
         "incumbent": trace.incumbent,
         "unit_bytes": instance.scale.unit_bytes,
         "exact_units": int(instance.scale.exact),
