@@ -3,16 +3,18 @@ master over the candidates alone."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from layerfit import heuristics
 from layerfit.deadline import Deadline
-from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, PlannerConfig, Status, Worker
+from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, PlannerConfig, ReasonKind, Status, Worker
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan
 from layerfit.fleet import plan as fleet_plan
 from layerfit.fleet import plan_fleet, plan_sequential
+from layerfit.fleet.candidates import group_candidates
 
 PLANNER = PlannerConfig(time_limit_s=2.0, num_search_workers=1)
 CONFIG = FleetConfig(time_limit_s=10.0, executor="serial", num_search_workers=1)
@@ -72,3 +74,24 @@ def test_the_master_over_all_columns_never_replaces_a_better_first_plan(monkeypa
     plan = plan_fleet(fleet(), CONFIG, PLANNER)
     assert len(calls) == 2
     assert plan.objective[0] > 1 and len(plan.placements) > 1
+
+
+def test_candidate_generation_stops_at_its_deadline_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = fleet().cluster
+    big = Deployment(name="big", profile=MemoryProfile.uniform(4, 30 * GiB // 4, 0), replicas=1, cpu_offloading=False)
+    profile = big.profile
+    assert profile is not None
+    members = (((), 0),)
+    (whole,), cut = group_candidates(cluster, big, profile, PLANNER, members)
+    assert not cut and any(len(layout.devices) > 1 for layout, _ in whole)
+    (short,), cut = group_candidates(cluster, big, profile, PLANNER, members, until=time.time() - 1)
+    assert cut and not any(len(layout.devices) > 1 for layout, _ in short)
+    # in plan_fleet: candidates get no time at all; the plan says so and still places what the seed finds
+    monkeypatch.setattr(fleet_plan, "CANDIDATE_SHARE", 0.0)
+    with_big = fleet().model_copy(update={"deployments": (*fleet().deployments, big)})
+    plan = plan_fleet(with_big, CONFIG, PLANNER)
+    assert plan.stats[0].details["candidate_generation"].startswith("cut short at the deadline")
+    skipped = [r for r in plan.reasons if r.kind is ReasonKind.STRATEGY_SKIPPED and r.resource == "time_limit_s"]
+    assert len(skipped) == 1 and "candidate generation" in skipped[0].message
+    monkeypatch.setattr(fleet_plan, "CANDIDATE_SHARE", 0.3)
+    assert plan_fleet(fleet(), CONFIG, PLANNER).stats[0].details["candidate_generation"] == "complete"

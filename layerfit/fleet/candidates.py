@@ -8,6 +8,7 @@ worker, the single-deployment planner's layouts over the whole cluster.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
@@ -176,17 +177,32 @@ class _Shared:
             self._on_host[worker.name] = _first_valid(self.cluster, self.deployment, self.profile, self.config, layouts)
         return self._on_host[worker.name]
 
+    def has_host(self, worker: Worker) -> bool:
+        return worker.name in self._on_host
+
+    def has_planner(self) -> bool:
+        return self._planner is not None
+
     def planner(self) -> CandidateSet:
         if self._planner is None:
             self._planner = _planner_candidates(self.cluster, self.deployment, self.profile, self.config)
         return self._planner
 
 
-def _member_candidates(shared: _Shared, current: Sequence[Layout], limit: int, offset: int) -> CandidateSet:
+def _member_candidates(
+    shared: _Shared, current: Sequence[Layout], limit: int, offset: int, until: float | None = None
+) -> tuple[CandidateSet, bool]:
+    """The member's candidates, and whether they were cut short: past ``until`` (``time.time()``,
+    comparable across processes) only its current layouts and single-GPU ones (cheap) are kept;
+    the multi-GPU layouts per worker and the planner's are not looked for."""
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
     found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
     fits_one_worker = bool(shared.fitting[0])
+    cut = False
     for worker in _stratified(shared.hosts, limit, offset):
+        if until is not None and time.time() >= until and not shared.has_host(worker):
+            cut = True
+            continue
         multi = shared.on_host(worker)
         if multi is not None:
             found.append(multi)
@@ -194,11 +210,14 @@ def _member_candidates(shared: _Shared, current: Sequence[Layout], limit: int, o
     if not fits_one_worker:
         # Nothing fits fully on one worker: let the single-deployment planner find distributed or
         # partial layouts over the whole cluster.
-        found += shared.planner()
+        if until is None or time.time() < until or shared.has_planner():
+            found += shared.planner()
+        else:
+            cut = True
     unique: dict[Layout, Claims] = {}
     for layout, claims in found:
         unique.setdefault(layout, claims)
-    return tuple(unique.items())
+    return tuple(unique.items()), cut
 
 
 def group_candidates(
@@ -208,11 +227,14 @@ def group_candidates(
     config: PlannerConfig,
     members: Sequence[Member],
     limit: int = 0,
-) -> tuple[CandidateSet, ...]:
+    until: float | None = None,
+) -> tuple[tuple[CandidateSet, ...], bool]:
     """``generate_candidates`` for each of identical deployments (same profile and rules), sharing
-    the work: the fitting GPUs, each worker's multi-GPU layout and the planner's layouts."""
+    the work: the fitting GPUs, each worker's multi-GPU layout and the planner's layouts; and
+    whether any was cut short at ``until`` (``time.time()``)."""
     shared = _Shared(cluster, deployment, profile, config)
-    return tuple(_member_candidates(shared, current, limit, offset) for current, offset in members)
+    found = [_member_candidates(shared, current, limit, offset, until) for current, offset in members]
+    return tuple(options for options, _ in found), any(cut for _, cut in found)
 
 
 def generate_candidates(
@@ -228,7 +250,7 @@ def generate_candidates(
 
     ``limit`` caps the single-GPU candidates (spread evenly over the GPUs, from ``offset``).
     """
-    return group_candidates(cluster, deployment, profile, config, [(tuple(current), offset)], limit)[0]
+    return group_candidates(cluster, deployment, profile, config, [(tuple(current), offset)], limit)[0][0]
 
 
 def _first_valid(
@@ -257,10 +279,10 @@ def valid_candidates(
     return tuple(valid)
 
 
-GroupTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int]
+GroupTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int, float | None]
 
 
-def group_task(args: GroupTask) -> tuple[CandidateSet, ...]:
+def group_task(args: GroupTask) -> tuple[tuple[CandidateSet, ...], bool]:
     """A group of identical deployments' candidates from a picklable task (for the executors)."""
     return group_candidates(*args)
 

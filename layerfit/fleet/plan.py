@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -72,25 +73,48 @@ def _pin_reasons(
 
 
 def _candidates(
-    fleet: Fleet, profiles: Mapping[str, MemoryProfile], config: FleetConfig, planner_config: PlannerConfig
-) -> list[CandidateSet]:
-    """Every deployment's candidates, one task per group of identical deployments."""
+    fleet: Fleet,
+    profiles: Mapping[str, MemoryProfile],
+    config: FleetConfig,
+    planner_config: PlannerConfig,
+    deadline: Deadline | None = None,
+) -> tuple[list[CandidateSet], list[str]]:
+    """Every deployment's candidates, one task per group of identical deployments; and the
+    deployments whose candidates were cut short at ``deadline`` (no multi-GPU or planner layouts
+    looked for past it)."""
     current_layouts: dict[str, list[Layout]] = defaultdict(list)
     for placement in fleet.current:
         current_layouts[placement.deployment].append(placement.layout)
     groups = identical_groups(fleet.deployments, profiles)
+    # time.time(), not the deadline's perf_counter: the tasks may run in other processes
+    until = None if deadline is None else time.time() + deadline.remaining()
     tasks: list[GroupTask] = []
     for group in groups:
         first = fleet.deployments[group[0]]
         members = tuple((tuple(dict.fromkeys(current_layouts[fleet.deployments[d].name])), d) for d in group)
-        tasks.append(
-            (fleet.cluster, first, profiles[first.name], planner_config, members, config.max_single_gpu_candidates)
-        )
+        limit = config.max_single_gpu_candidates
+        tasks.append((fleet.cluster, first, profiles[first.name], planner_config, members, limit, until))
     found: list[CandidateSet] = [()] * len(fleet.deployments)
-    for group, sets in zip(groups, run_tasks(group_task, tasks, config), strict=True):
+    cut: list[str] = []
+    for group, (sets, cut_short) in zip(groups, run_tasks(group_task, tasks, config), strict=True):
         for d, options in zip(group, sets, strict=True):
             found[d] = options
-    return found
+        cut += [fleet.deployments[d].name for d in group] if cut_short else []
+    return found, cut
+
+
+def _cut_candidates(cut: Sequence[str]) -> tuple[str, tuple[Reason, ...]]:
+    """What the plan says of candidate generation: ``complete``, or cut short at its deadline."""
+    if not cut:
+        return "complete", ()
+    named = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+    message = (
+        f"candidate generation reached its share of the time limit: for {len(cut)} deployments ({named}) "
+        "only their current and single-GPU layouts (and those column generation and the one-at-a-time seed "
+        "find) are candidates; a larger time_limit_s gives them their multi-GPU and distributed layouts"
+    )
+    reason = Reason(kind=ReasonKind.STRATEGY_SKIPPED, resource="time_limit_s", severity=Severity.INFO, message=message)
+    return f"cut short at the deadline for {len(cut)} deployments", (reason,)
 
 
 def _with_sequential_seed(
@@ -131,10 +155,15 @@ def _with_sequential_seed(
     return joined, seed, complete
 
 
+CANDIDATE_SHARE = 0.3
+"""Share of the time limit candidate generation may take (past it, only cheap layouts are added)."""
 SEED_SHARE = 0.4
 """Share of the time left after candidate generation the one-at-a-time seed may take (it is cut
 short past it)."""
 DECODE_SHARE = 0.05
+"""Share of the time left kept for decoding the master's solution and ordering the moves."""
+COMMANDS_SHARE = 0.03
+"""Share of the time limit kept for writing every replica's command lines at the end."""
 """Share of the time left kept for decoding the master's solution and ordering the moves."""
 AGAIN_SHARE = 0.25
 """With column generation and no column added: the master runs again (from its plan) only with at
@@ -171,21 +200,24 @@ def plan_fleet(
     deadline = Deadline.after(config.time_limit_s)
     screened = screen(fleet)
     fleet, profiles = screened.fleet, screened.profiles
-    candidates = _candidates(fleet, profiles, config, planner_config)
+    candidates, cut = _candidates(fleet, profiles, config, planner_config, deadline.share(CANDIDATE_SHARE))
+    generation, generation_reasons = _cut_candidates(cut)
     candidates, seed, seed_complete = _with_sequential_seed(
         fleet, profiles, candidates, config, planner_config, deadline.share(SEED_SHARE)
     )
     generation_s = time.perf_counter() - started
+    # the command lines are written after the master, within the same limit
+    master_deadline = Deadline(deadline.at - config.time_limit_s * COMMANDS_SHARE)
     if config.column_generation:
-        result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed, deadline)
+        result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed, master_deadline)
     else:
-        result = choose(fleet, profiles, candidates, config, planner_config, seed, deadline)
+        result = choose(fleet, profiles, candidates, config, planner_config, seed, master_deadline)
     stats = result.stats[0].model_copy(
         update={
-            "wall_time_s": time.perf_counter() - started,
             "details": {
                 **result.stats[0].details,
                 "candidate_generation_s": round(generation_s, 3),
+                "candidate_generation": generation,
                 "sequential_seed": "complete" if seed_complete else f"cut short at {len(seed)} replicas",
             },
         }
@@ -199,11 +231,13 @@ def plan_fleet(
     result = result.model_copy(
         update={
             "stats": (stats,),
-            "reasons": (*screened.reasons, *result.reasons),
+            "reasons": (*screened.reasons, *generation_reasons, *result.reasons),
             "unplaced": (*result.unplaced, *unplaced),
         }
     )
-    return with_commands(original, with_stops_first(result, screened.stop_first, original.cluster), planner_config)
+    planned = with_commands(original, with_stops_first(result, screened.stop_first, original.cluster), planner_config)
+    timed = planned.stats[0].model_copy(update={"wall_time_s": time.perf_counter() - started})
+    return planned.model_copy(update={"stats": (timed, *planned.stats[1:])})
 
 
 def _with_column_generation(
@@ -373,6 +407,7 @@ def candidate_bounds(master: Master, outcome: TierOutcome) -> tuple[TierBound, .
         maximised = name in MAXIMISED_TIERS
         solved = position < len(outcome.values)
         raw = outcome.master_bounds[position] if solved and position < len(outcome.master_bounds) else None
+        raw = raw if raw is not None and math.isfinite(raw) else None
         if position == 3 and raw is not None:
             raw = float(gpus_bound(raw, master.n_workers))
         proven = solved and position < len(outcome.proven) and outcome.proven[position]

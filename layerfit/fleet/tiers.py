@@ -7,16 +7,20 @@ count; pinned replicas are fixed), then GPUs and workers used.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from layerfit.deadline import Deadline
 from layerfit.domain.fleet import FleetConfig
 from layerfit.domain.plan import Status
 from layerfit.errors import SolverError
+from layerfit.fleet.gaps import gap
 from layerfit.fleet.greedy import greedy
+from layerfit.fleet.lns import GROUP_WORKERS, footprint, improve_footprint
 from layerfit.fleet.master import Counts, Master
 from layerfit.progress import Progress, report, solution_callback
 
@@ -33,6 +37,15 @@ class Tier:
 TIER_NAMES = ("priority weight placed", "layers on GPUs", "replicas moved", "GPUs and workers used")
 TIER_UNITS = ("priority-weighted replicas", "layers", "replicas", "(GPUs x (workers + 1) + workers)")
 """What each tier's value counts, for progress reports."""
+FOOTPRINT = 3
+"""Position of the GPUs and workers tier."""
+SEARCH_SHARE = 0.75
+"""Share of the GPUs and workers tier's time for the search by groups of workers on a large fleet
+(the rest: CP-SAT over the whole master, started from the search's plan)."""
+FULL_SOLVE_MAX_VARS = 10_000
+"""Above this many candidate variables, CP-SAT over the whole master gets the GPUs and workers tier
+only once the search by groups has converged (at a thousand GPUs it improves nothing within a
+minute, proves no bound, and overruns its limit under load)."""
 
 
 def _stage(position: int, n_tiers: int) -> str:
@@ -102,9 +115,28 @@ class _Stages:
         else:
             self.master.model.add(tier.expression <= value)
 
-    def _stop(self, tier: Tier) -> None:
-        self.status = Status.FEASIBLE if self.counts is not None else Status.UNKNOWN
-        self.gap_tier = tier.name
+    def incumbent_value(self, position: int) -> int:
+        """The incumbent's value on a tier (a count: minimised tiers are not negated)."""
+        assert self.counts is not None
+        if position == FOOTPRINT:
+            return footprint(self.master, self.counts)
+        return self.master.tier_values(self.counts)[position]
+
+    def keep(self, position: int, tier: Tier) -> None:
+        """A tier with no time left or no solution from CP-SAT: the incumbent's value, not proven,
+        no bound; the status says the plan is not proven from this tier on."""
+        if self.counts is None:
+            self.status, self.gap_tier = Status.UNKNOWN, self.gap_tier or tier.name
+            return
+        self.fix(tier, self.incumbent_value(position))
+        self.bounds[-1], self.proven[-1] = math.nan, False
+        self._unproven(tier)
+
+    def _unproven(self, tier: Tier) -> None:
+        # The first tier not proven optimal decides the status and the reported gap; later tiers
+        # still improve the solution with this tier's value fixed.
+        if self.status is Status.OPTIMAL:
+            self.status, self.gap_tier = Status.FEASIBLE, tier.name
 
     def reaches_simple_bound(self, position: int, tier: Tier) -> bool:
         return (
@@ -113,13 +145,34 @@ class _Stages:
             and self.master.tier_values(self.counts)[position] == tier.simple_bound
         )
 
+    def _remaining(self) -> float:
+        return self.config.time_limit_s - (time.perf_counter() - self.started)
+
+    def _search_footprint(self, share: float) -> bool:
+        """On a fleet larger than one group of workers, the GPUs and workers tier first improves
+        the incumbent group by group (``lns``): on a master too large for CP-SAT to improve within
+        the limit (``FULL_SOLVE_MAX_VARS``) for the whole share, else for most of it. Whether
+        CP-SAT over the whole master is still to run (there is time left for it)."""
+        if self.counts is None or self.master.n_workers <= GROUP_WORKERS:
+            return True
+        large = len(self.master.all_vars()) > FULL_SOLVE_MAX_VARS
+        search = Deadline.after(share * (1.0 if large else SEARCH_SHARE))
+        self.counts = improve_footprint(self.master, self.counts, search, self.config.seed)
+        self._hint(self.counts)
+        return not (large and search.expired())
+
     def solve(self, position: int, tier: Tier, n_tiers: int) -> bool:
-        """Solve one tier with its share of the remaining time; whether to go on."""
-        remaining = self.config.time_limit_s - (time.perf_counter() - self.started)
+        """Solve one tier with its share of the remaining time, never ending worse on it than the
+        incumbent; whether there was time to."""
+        remaining = self._remaining()
         if remaining <= 0.05:
-            self._stop(tier)
             return False
         share = remaining / (n_tiers - position) if position < n_tiers - 1 else remaining
+        if position == FOOTPRINT:
+            if not self._search_footprint(share):
+                self.keep(position, tier)
+                return True
+            share = max(0.05, share - (remaining - self._remaining()))
         self.solver.parameters.max_time_in_seconds = share if self.counts is not None else remaining * 0.7
         if tier.maximize:
             self.master.model.maximize(tier.expression)
@@ -131,21 +184,26 @@ class _Stages:
         if outcome == cp_model.INFEASIBLE:
             raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
         if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            self._stop(tier)
-            return False
+            self.keep(position, tier)
+            return self.counts is not None
         value = round(self.solver.objective_value)
-        flat = iter([self.solver.value(var) for var in self.master.all_vars()])
-        self.counts = [[next(flat) for _ in row] for row in self.master.x]
-        if outcome == cp_model.FEASIBLE and self.status is Status.OPTIMAL:
-            # The first tier not proven optimal decides the status and the reported gap; later
-            # tiers still improve the solution with this tier's value fixed.
-            self.status = Status.FEASIBLE
-            self.gap_tier = tier.name
+        if self.counts is None or self._better(tier, value, self.incumbent_value(position)):
+            flat = iter([self.solver.value(var) for var in self.master.all_vars()])
+            self.counts = [[next(flat) for _ in row] for row in self.master.x]
+        else:
+            value = self.incumbent_value(position)
         self._hint(self.counts)
         self.fix(tier, value)
         self.bounds[-1] = self.solver.best_objective_bound
-        self.proven[-1] = outcome == cp_model.OPTIMAL
+        bound = self.solver.best_objective_bound
+        self.proven[-1] = outcome == cp_model.OPTIMAL or gap(value, bound, tier.maximize) == 0.0
+        if not self.proven[-1]:
+            self._unproven(tier)
         return True
+
+    @staticmethod
+    def _better(tier: Tier, value: int, incumbent: int) -> bool:
+        return value > incumbent if tier.maximize else value < incumbent
 
 
 def solve_tiers(master: Master, config: FleetConfig) -> TierOutcome:
@@ -167,6 +225,8 @@ def solve_tiers(master: Master, config: FleetConfig) -> TierOutcome:
                 value, stage = float(tier.simple_bound), _stage(position, len(tiers))
                 report(Progress(stage, unit, elapsed, value, value, note="proven by a simple bound"))
         elif not stages.solve(position, tier, len(tiers)):
+            for later in range(position, len(tiers)):
+                stages.keep(later, tiers[later])
             break
     if stages.counts is None:
         return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.x], (), stages.gap_tier)
