@@ -98,6 +98,25 @@ class FlashAttnFallback(Frozen):
         return self.output_device_extra_bytes if holds_output else self.device_extra_bytes
 
 
+class KindsCompute(Frozen):
+    """Compute of a device whose blocks hold only some of the model's layer kinds.
+
+    ``kinds`` is a union of ``MemoryProfile.block_kinds`` bits: the figures are those of a device
+    holding any blocks whose kinds lie within it (no mask of an attention kind it lacks, no
+    recurrent scan without recurrent layers, no experts' activations without MoE layers). The role
+    costs stay the upper bound; the memory model takes the smaller of the two.
+    """
+
+    kinds: NonNegInt
+    device: ComputeBuffer
+    output_bytes: Bytes = 0
+    """Beyond ``device`` when the device holds the output layer (as ``output_compute_bytes``)."""
+    first_device_bytes: Bytes = 0
+    """Beyond ``device`` on the first device of a full offload over several devices."""
+    host_partial_bytes: Bytes = 0
+    """The host compute buffer when the host keeps only blocks of these kinds."""
+
+
 class MemoryProfile(Frozen):
     """Per-block and per-role memory of one model under one set of runtime options."""
 
@@ -150,6 +169,11 @@ class MemoryProfile(Frozen):
     """The host compute buffer in that case (the GPU took the large operations)."""
     flash_attn_fallback: FlashAttnFallback | None = None
     """Layer splits for which llama.cpp turns flash attention ``auto`` off (recurrent hybrids)."""
+    block_kinds: tuple[NonNegInt, ...] | None = None
+    """Layer kinds of each block (bits: attention full or windowed, recurrent, experts, feed-forward,
+    see ``estimators.layer_kinds``); ``None``: compute does not depend on them."""
+    kinds_compute: tuple[KindsCompute, ...] = ()
+    """Compute figures of devices that hold only some layer kinds (``memory.kinds``)."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
 
@@ -186,7 +210,7 @@ class MemoryProfile(Frozen):
             raise InputError(
                 "block_kv_bytes", f"has {len(self.block_kv_bytes)} entries, block_weight_bytes has {n_blocks}"
             )
-        for name in ("block_host_weight_bytes", "block_expert_bytes", "block_host_expert_bytes"):
+        for name in ("block_host_weight_bytes", "block_expert_bytes", "block_host_expert_bytes", "block_kinds"):
             values = getattr(self, name)
             if values is not None and len(values) != n_blocks:
                 raise InputError(name, f"has {len(values)} entries, block_weight_bytes has {n_blocks}")

@@ -29,6 +29,7 @@ from layerfit.estimators.compute import (
 )
 from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
 from layerfit.estimators.gguf_reader import MetaValue, read_header
+from layerfit.estimators.layer_kinds import kinds_compute
 from layerfit.estimators.shape import ModelShape, read_gguf
 
 DEFAULT_UBATCH = 512
@@ -173,6 +174,12 @@ def estimate_profile(
         first = exc.errors()[0]
         where = "compute." + ".".join(str(part) for part in first["loc"])
         raise EstimationError(shape.path, where, str(first["msg"])) from None
+    def part_compute(part: ModelShape) -> ComputeEstimate:
+        logits = not settings.embedding
+        part_act = activations(part, cache, n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, logits=logits)
+        return compute_buffers(part_act, runtime.backend)
+
+    block_kinds, by_kinds = kinds_compute(shape, part_compute, host_by_kinds=False)
     fallback = _flash_attn_fallback(shape, params, settings, cache, runtime.backend, (act, compute))
     cublas = shape.float_matrix_weights or not settings.flash_attn
     role = RoleCosts(fixed_bytes=runtime.gpu_fixed_for(cublas=cublas), compute=compute.device)
@@ -201,6 +208,8 @@ def estimate_profile(
             op_offload_compute_bytes=compute.op_offload + shape.output_layer_bytes if compute.op_offload else 0,
             op_offload_host_compute_bytes=compute.op_offload_host,
             flash_attn_fallback=fallback,
+            block_kinds=block_kinds,
+            kinds_compute=by_kinds,
             warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
         )
     except ValidationError as exc:  # sizes no real model has (a hostile or broken header)

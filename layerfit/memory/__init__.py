@@ -22,6 +22,7 @@ llama.cpp semantics followed here:
   partial-offload compute buffers.
 """
 
+from layerfit.memory.kinds import kinds_entry, range_kinds
 from layerfit.memory.layout_claims import claims
 from layerfit.memory.pieces import (
     MainHostOverhead,
@@ -56,12 +57,14 @@ __all__ = [
     "host_expert_bytes",
     "host_prefix_bytes",
     "is_partial",
+    "kinds_entry",
     "layer_devices",
     "layout_from_flags",
     "main_host_overhead",
     "main_host_overhead_bytes",
     "make_layout",
     "output_offloaded_for",
+    "range_kinds",
     "split_layers",
     "tensor_split_counts",
 ]

@@ -8,6 +8,7 @@ from itertools import accumulate
 from layerfit.domain.layout import Claims, DeviceClaim, Layout, WorkerClaim
 from layerfit.domain.profile import DeviceRole, MemoryProfile
 from layerfit.errors import InputError
+from layerfit.memory.kinds import range_kinds
 from layerfit.memory.pieces import (
     block_prefix_bytes,
     device_compute_bytes,
@@ -74,6 +75,7 @@ def claims(
                     multi_device=multi_device,
                     first_device=position == 0,
                     host_blocks=layout.cpu_blocks,
+                    kinds=range_kinds(profile, first, end),
                 ),
                 fixed_bytes=costs.fixed_bytes,
                 extra_bytes=profile.extra_main_gpu_bytes if role is DeviceRole.MAIN else 0,
@@ -121,6 +123,7 @@ def _worker_claims(
         has_main_gpu=has_main_gpu,
         multi_device=len(layout.devices) > 1,
         host_blocks=kept,
+        host_kinds=None if layout.host_expert_blocks else range_kinds(profile, 0, kept),
     )
     main = WorkerClaim(
         worker=layout.main_worker,

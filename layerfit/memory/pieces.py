@@ -7,7 +7,8 @@ from itertools import accumulate
 from typing import NamedTuple
 
 from layerfit.domain.layout import Layout
-from layerfit.domain.profile import DeviceRole, MemoryProfile
+from layerfit.domain.profile import ComputeBuffer, DeviceRole, MemoryProfile
+from layerfit.memory.kinds import kinds_entry
 
 
 def is_partial(layout: Layout) -> bool:
@@ -33,6 +34,7 @@ def device_compute_bytes(
     multi_device: bool | None = None,
     first_device: bool | None = None,
     host_blocks: int | None = None,
+    kinds: int | None = None,
 ) -> int:
     """Compute buffer of one device: its role's, the logits if it holds the output layer, and the
     input copies of the first device when a full offload spans several devices.
@@ -40,17 +42,28 @@ def device_compute_bytes(
     ``multi_device`` (more than one device), ``first_device`` (first in device order) and
     ``host_blocks`` (blocks kept on the host: some splits turn flash attention off, see
     ``FlashAttnFallback``) left at ``None`` mean the caller does not model them: the largest value
-    they allow is returned.
+    they allow is returned. ``kinds`` (``kinds.range_kinds`` of the device's blocks; ``None``: not
+    modelled) lowers the figure to that of a device holding only those layer kinds.
     """
-    compute = profile.role_costs(role, unified_worker).compute.bytes_for(partial, multi_device)
-    fallback = profile.flash_attn_fallback
-    if partial and fallback is not None:
-        compute += fallback.device_bytes(host_blocks, holds_output)
-    if holds_output:
-        compute += profile.output_compute_bytes
     may_be_first = first_device if first_device is not None else role is not DeviceRole.MAIN
-    if not partial and multi_device is not False and may_be_first:
-        compute += profile.first_device_compute_bytes
+    pipeline_first = not partial and multi_device is not False and may_be_first
+
+    def buffer(device: ComputeBuffer, output: int, first: int) -> int:
+        extras = (output if holds_output else 0) + (first if pipeline_first else 0)
+        return device.bytes_for(partial, multi_device) + extras
+
+    compute = buffer(
+        profile.role_costs(role, unified_worker).compute,
+        profile.output_compute_bytes,
+        profile.first_device_compute_bytes,
+    )
+    fallback = profile.flash_attn_fallback if partial else None
+    # a split that turns flash attention off runs the host's last attention op on the device
+    entry = kinds_entry(profile, kinds) if fallback is None or not fallback.applies(host_blocks) else None
+    if entry is not None:
+        compute = min(compute, buffer(entry.device, entry.output_bytes, entry.first_device_bytes))
+    if fallback is not None:
+        compute += fallback.device_bytes(host_blocks, holds_output)
     return compute
 
 
@@ -64,11 +77,12 @@ def device_overhead_bytes(
     multi_device: bool | None = None,
     first_device: bool | None = None,
     host_blocks: int | None = None,
+    kinds: int | None = None,
 ) -> int:
     """Everything a device costs besides its blocks: fixed + compute + output layer + main extras.
 
-    ``multi_device``/``first_device``/``host_blocks`` as in ``device_compute_bytes`` (``None``: the
-    upper bound).
+    ``multi_device``/``first_device``/``host_blocks``/``kinds`` as in ``device_compute_bytes``
+    (``None``: the upper bound).
     """
     costs = profile.role_costs(role, unified_worker)
     overhead = costs.fixed_bytes + device_compute_bytes(
@@ -80,6 +94,7 @@ def device_overhead_bytes(
         multi_device=multi_device,
         first_device=first_device,
         host_blocks=host_blocks,
+        kinds=kinds,
     )
     if holds_output:
         overhead += profile.output_weight_bytes
@@ -117,18 +132,24 @@ def main_host_overhead(
     has_main_gpu: bool,
     multi_device: bool | None = None,
     host_blocks: int | None = None,
+    host_kinds: int | None = None,
 ) -> MainHostOverhead:
     """Fixed cost (with the main-GPU extras when there is no main GPU), token embedding, the output
     layer kept on the host, and the host compute buffer (the logits too when the output stays).
-    ``host_blocks`` as in ``device_compute_bytes``."""
+    ``host_blocks`` as in ``device_compute_bytes``; ``host_kinds`` (``kinds.range_kinds`` of the kept
+    blocks) lowers the buffer of a host computing only those layer kinds (output layer offloaded)."""
     kept_output = not output_offloaded
+    compute = profile.host_compute.bytes_for(partial, multi_device)
+    entry = kinds_entry(profile, host_kinds)
+    if partial and not kept_output and entry is not None:
+        compute = min(compute, entry.host_partial_bytes)
     fallback = profile.flash_attn_fallback
     fallback_bytes = fallback.host_extra_bytes if partial and fallback and fallback.applies(host_blocks) else 0
     return MainHostOverhead(
         fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
         embedding_bytes=profile.token_embedding_bytes,
         output_bytes=profile.host_output_bytes if kept_output else 0,
-        compute_bytes=profile.host_compute.bytes_for(partial, multi_device)
+        compute_bytes=compute
         + (profile.host_output_compute_bytes if kept_output else 0)
         + fallback_bytes,
     )
@@ -142,11 +163,12 @@ def main_host_overhead_bytes(
     has_main_gpu: bool,
     multi_device: bool | None = None,
     host_blocks: int | None = None,
+    host_kinds: int | None = None,
 ) -> int:
     """Main-worker RAM besides kept blocks: fixed, embedding, kept output layer, compute, extras.
 
     ``multi_device=None`` (device count not modelled) takes the larger host compute buffer;
-    ``host_blocks`` as in ``device_compute_bytes``.
+    ``host_blocks`` and ``host_kinds`` as in ``main_host_overhead``.
     """
     return sum(
         main_host_overhead(
@@ -156,5 +178,6 @@ def main_host_overhead_bytes(
             has_main_gpu=has_main_gpu,
             multi_device=multi_device,
             host_blocks=host_blocks,
+            host_kinds=host_kinds,
         )
     )
