@@ -234,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", type=Path, help="GGUF files (with --llama-cpp); model names with --record")
     parser.add_argument("--record", type=Path, metavar="CSV", help="measure the architecture models into CSV")
     parser.add_argument("--parallel", type=int, default=2, help="runs at once while recording")
+    parser.add_argument("--labels", default="", help="record only these configurations (comma-separated labels)")
     parser.add_argument("--model", type=Path, help="the GGUF file the log is about (with --log)")
     parser.add_argument("--run", action="store_true", help="allocate with llama-completion instead of projecting")
     parser.add_argument("--backend", choices=["cuda", "cpu"], default="cuda")
@@ -245,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--record needs --llama-cpp")
         from truth_recording import record
 
-        runs = record(args.llama_cpp, args.record, [str(m) for m in args.models], args.parallel)
+        labels = [label for label in args.labels.split(",") if label]
+        runs = record(args.llama_cpp, args.record, [str(m) for m in args.models], args.parallel, labels)
         print(f"{runs} runs written to {args.record}")
         return 0
     if args.ground_truth is not None:

@@ -83,6 +83,12 @@ _LONG_CONTEXT = {"llama4": 16384}
 """Larger second context: llama4 attends in 8192-token chunks, which only a longer context shows."""
 
 
+KIND_SPLITS = {"deepseek2": "1,5", "llama4": "1,5", "jamba": "2,1,2", "nemotron_h": "3,1,3", "granitehybrid": "2,1,4"}
+"""``-ts`` of a full offload whose devices hold different layer kinds: deepseek2's and llama4's first
+device only a dense block (no experts), the hybrids' middle device only an attention block and
+the others no attention (compute by the kinds a device holds, ``estimators.layer_kinds``)."""
+
+
 def configs(spec: ModelSpec) -> list[Config]:
     small, large = (512, 2048) if spec.encoder else (2048, 8192)
     large = _LONG_CONTEXT.get(spec.architecture, large)
@@ -101,6 +107,13 @@ def configs(spec: ModelSpec) -> list[Config]:
         chosen.append(Config("cpunp2", large, 0, 0, ("-np", "2")))
     chosen += [Config("rpc1split", ctx, ngl, 1) for ngl in hybrid_splits(spec) for ctx in (small, large)]
     return chosen
+
+
+def kind_configs(spec: ModelSpec) -> list[Config]:
+    """The ``KIND_SPLITS`` run of the model (``rpckinds``, recorded on its own with ``labels``)."""
+    split = KIND_SPLITS.get(spec.architecture)
+    large = _LONG_CONTEXT.get(spec.architecture, 2048 if spec.encoder else 8192)
+    return [] if split is None else [Config("rpckinds", large, 99, split.count(",") + 1, ("-ts", split))]
 
 
 def _binary(build: Path, name: str) -> Path:
@@ -208,10 +221,17 @@ def csv_rows(model_name: str, spec: ModelSpec, config: Config, extra: Sequence[s
     return rows
 
 
-def record(build: Path, output: Path, models: Sequence[str], parallel: int = 2) -> int:
-    """Measure ``models`` (default: all) and write their rows to ``output``; the number of runs."""
+def record(build: Path, output: Path, models: Sequence[str], parallel: int = 2, labels: Sequence[str] = ()) -> int:
+    """Measure ``models`` (default: all) and write their rows to ``output``; the number of runs.
+    ``labels``: only the configurations with these labels (``rpckinds`` among them), default the
+    standard ones (``configs``)."""
     names = list(models) or list(ARCH_MODELS)
-    jobs = [(name, config) for name in names for config in configs(ARCH_MODELS[name])]
+
+    def chosen(spec: ModelSpec) -> list[Config]:
+        pool = [*configs(spec), *kind_configs(spec)] if labels else configs(spec)
+        return [config for config in pool if not labels or config.label in labels]
+
+    jobs = [(name, config) for name in names for config in chosen(ARCH_MODELS[name])]
     rows: dict[tuple[str, str], list[dict[str, str]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         paths = {name: write_arch_model(scratch, name, data="sparse") for name in names}
