@@ -113,8 +113,6 @@ class KindsCompute(Frozen):
     """Beyond ``device`` when the device holds the output layer (as ``output_compute_bytes``)."""
     first_device_bytes: Bytes = 0
     """Beyond ``device`` on the first device of a full offload over several devices."""
-    host_partial_bytes: Bytes = 0
-    """The host compute buffer when the host keeps only blocks of these kinds."""
 
 
 class MemoryProfile(Frozen):

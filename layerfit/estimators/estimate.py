@@ -174,12 +174,13 @@ def estimate_profile(
         first = exc.errors()[0]
         where = "compute." + ".".join(str(part) for part in first["loc"])
         raise EstimationError(shape.path, where, str(first["msg"])) from None
+
     def part_compute(part: ModelShape) -> ComputeEstimate:
         logits = not settings.embedding
         part_act = activations(part, cache, n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, logits=logits)
         return compute_buffers(part_act, runtime.backend)
 
-    block_kinds, by_kinds = kinds_compute(shape, part_compute, host_by_kinds=False)
+    block_kinds, by_kinds = kinds_compute(shape, part_compute)
     fallback = _flash_attn_fallback(shape, params, settings, cache, runtime.backend, (act, compute))
     cublas = shape.float_matrix_weights or not settings.flash_attn
     role = RoleCosts(fixed_bytes=runtime.gpu_fixed_for(cublas=cublas), compute=compute.device)

@@ -88,28 +88,20 @@ def blocks_within(shape: ModelShape, kinds: Sequence[int], union: int) -> ModelS
 
 
 def kinds_compute(
-    shape: ModelShape, estimate: Callable[[ModelShape], ComputeEstimate], *, host_by_kinds: bool
+    shape: ModelShape, estimate: Callable[[ModelShape], ComputeEstimate]
 ) -> tuple[tuple[int, ...] | None, tuple[KindsCompute, ...]]:
     """``MemoryProfile.block_kinds`` and ``kinds_compute``: ``estimate`` (activations and buffers of
-    a shape) run on the blocks within each union a device can hold. ``host_by_kinds``: the host's
-    buffer follows its kept blocks' kinds too (the CPU backend computing them; a GPU build
-    offloads their large operations, not measured, so it keeps the upper bound)."""
+    a shape) run on the blocks within each union of kinds a device can hold."""
     kinds = layer_kinds(shape)
     unions = range_unions(kinds)
     if not unions:
         return None, ()
-    whole = estimate(shape)
     entries = []
     for union in unions:
         part = estimate(blocks_within(shape, kinds, union))
-        host = part.host if host_by_kinds else whole.host
         entries.append(
             KindsCompute(
-                kinds=union,
-                device=part.device,
-                output_bytes=part.output,
-                first_device_bytes=part.first_device,
-                host_partial_bytes=host.partial_offload_bytes,
+                kinds=union, device=part.device, output_bytes=part.output, first_device_bytes=part.first_device
             )
         )
     return kinds, tuple(entries)

@@ -123,7 +123,6 @@ def _worker_claims(
         has_main_gpu=has_main_gpu,
         multi_device=len(layout.devices) > 1,
         host_blocks=kept,
-        host_kinds=None if layout.host_expert_blocks else range_kinds(profile, 0, kept),
     )
     main = WorkerClaim(
         worker=layout.main_worker,

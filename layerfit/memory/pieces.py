@@ -132,24 +132,19 @@ def main_host_overhead(
     has_main_gpu: bool,
     multi_device: bool | None = None,
     host_blocks: int | None = None,
-    host_kinds: int | None = None,
 ) -> MainHostOverhead:
     """Fixed cost (with the main-GPU extras when there is no main GPU), token embedding, the output
     layer kept on the host, and the host compute buffer (the logits too when the output stays).
-    ``host_blocks`` as in ``device_compute_bytes``; ``host_kinds`` (``kinds.range_kinds`` of the kept
-    blocks) lowers the buffer of a host computing only those layer kinds (output layer offloaded)."""
+    ``host_blocks`` as in ``device_compute_bytes``. The host's buffer does not follow the kinds of
+    the blocks it keeps (measured: a host without attention blocks still holds the masks)."""
     kept_output = not output_offloaded
-    compute = profile.host_compute.bytes_for(partial, multi_device)
-    entry = kinds_entry(profile, host_kinds)
-    if partial and not kept_output and entry is not None:
-        compute = min(compute, entry.host_partial_bytes)
     fallback = profile.flash_attn_fallback
     fallback_bytes = fallback.host_extra_bytes if partial and fallback and fallback.applies(host_blocks) else 0
     return MainHostOverhead(
         fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
         embedding_bytes=profile.token_embedding_bytes,
         output_bytes=profile.host_output_bytes if kept_output else 0,
-        compute_bytes=compute
+        compute_bytes=profile.host_compute.bytes_for(partial, multi_device)
         + (profile.host_output_compute_bytes if kept_output else 0)
         + fallback_bytes,
     )
@@ -163,12 +158,11 @@ def main_host_overhead_bytes(
     has_main_gpu: bool,
     multi_device: bool | None = None,
     host_blocks: int | None = None,
-    host_kinds: int | None = None,
 ) -> int:
     """Main-worker RAM besides kept blocks: fixed, embedding, kept output layer, compute, extras.
 
     ``multi_device=None`` (device count not modelled) takes the larger host compute buffer;
-    ``host_blocks`` and ``host_kinds`` as in ``main_host_overhead``.
+    ``host_blocks`` as in ``device_compute_bytes``.
     """
     return sum(
         main_host_overhead(
@@ -178,6 +172,5 @@ def main_host_overhead_bytes(
             has_main_gpu=has_main_gpu,
             multi_device=multi_device,
             host_blocks=host_blocks,
-            host_kinds=host_kinds,
         )
     )
