@@ -3,7 +3,7 @@
 The main command pins the layout exactly: integer per-device layer counts as ``-ts`` with the
 matching ``-ngl``, the device list in llama.cpp order (RPC servers first), and, on builds that have
 it, ``--fit off`` so that llama.cpp does not re-fit what was decided here. Which flags a build has
-(``--fit``, ``--n-cpu-moe``, ``-ot``, ``-lm``) follows ``PlannerConfig.llama_cpp_build``
+(``--fit``, ``--n-cpu-moe``, ``-ot``, ``-lm``, ``-fa``'s value) follows ``PlannerConfig.llama_cpp_build``
 (``layerfit.domain.builds``). Device names follow ggml: ``CUDA0``, ``ROCm1``,
 ``Vulkan0``, ... for local GPUs, ``RPC0``, ``RPC1``, ... for the ``--rpc`` endpoints in order.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from layerfit.domain.builds import check_flags, load_mode_args
+from layerfit.domain.builds import check_flags, flash_attn_args, load_mode_args
 from layerfit.domain.choices import ModelKind
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
@@ -87,8 +87,9 @@ def server_command(
     main = cluster.worker(layout.main_worker)
     build = config.build
     check_flags(params.extra, build, "a tensor override of the deployment")
-    own_args = params.model_copy(update={"load_mode": None}).to_args()
+    own_args = params.model_copy(update={"load_mode": None, "flash_attn": "auto"}).to_args()
     argv: list[str] = ["-m", model_path, *own_args, *kind_switches(kind, params.extra)]
+    argv += flash_attn_args(params.flash_attn, build)
     argv += load_mode_args(params.load_mode, build)
     argv += ["-ngl", str(gpu_layers_flag(layout))]
     if not layout.devices:

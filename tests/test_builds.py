@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 
 from layerfit.domain import Cluster, DeviceAssignment, Gpu, LlamaParams, PlannerConfig, Worker
-from layerfit.domain.builds import CURRENT_BUILD, FIT, LEGACY_BUILD, N_CPU_MOE, load_mode_args, parse_build
+from layerfit.domain.builds import (
+    CURRENT_BUILD,
+    FIT,
+    FLASH_ATTN_VALUE,
+    LEGACY_BUILD,
+    N_CPU_MOE,
+    flash_attn_args,
+    load_mode_args,
+    parse_build,
+)
 from layerfit.domain.config import LlamaCppBuild, OffloadOrder
 from layerfit.errors import InputError
 from layerfit.experts import with_host_experts
@@ -106,11 +115,57 @@ def test_direct_io_needs_a_build_that_has_it() -> None:
         argv("b6400", LlamaParams(load_mode="dio"))
 
 
+OLD_SWITCH = {"offload_order": OffloadOrder.OUTPUT_LAST}
+"""What a build from before b6089 needs besides its number: its -ngl order is known, no --fit."""
+
+
+@pytest.mark.parametrize(
+    ("flash_attn", "current", "switch"),
+    [("on", ("-fa", "on"), ("-fa",)), ("off", ("-fa", "off"), ()), ("auto", (), None)],
+)
+def test_flash_attention_takes_the_form_of_the_build(
+    flash_attn: str, current: tuple[str, ...], switch: tuple[str, ...] | None
+) -> None:
+    """b6327 and newer take -fa on|off|auto (auto: the default, not emitted); b4908 and older have a
+    plain switch, off unless given, and no auto, which the estimate would take as on."""
+    params = LlamaParams(flash_attn=flash_attn)  # type: ignore[arg-type]
+    for build in ("current", "legacy", "b6327"):
+        line = argv(build, params)
+        assert flash_attn_args(flash_attn, 6327) == current
+        assert ("-fa" in line) == bool(current) and line.count("-fa") <= 1
+        if current:
+            assert line[line.index("-fa") + 1] == flash_attn
+    if switch is None:
+        refused = r"flash_attn auto: llama.cpp b4908 has no -fa auto.*give -fa on or -fa off"
+        with pytest.raises(InputError, match=refused):
+            argv("b4908", params, **OLD_SWITCH)
+        return
+    line = argv("b4908", params, **OLD_SWITCH)
+    assert flash_attn_args(flash_attn, 4908) == switch
+    assert [arg for arg in line if arg in {"-fa", "on", "off", "auto"}] == list(switch)
+
+
+@pytest.mark.parametrize("flash_attn", ["on", "off", "auto"])
+def test_flash_attention_between_the_known_builds_is_refused_with_both_figures(flash_attn: str) -> None:
+    assert FLASH_ATTN_VALUE.present(5000) is None
+    params = LlamaParams(flash_attn=flash_attn)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"b5000 has -fa on\|off\|auto.*b4908 and older lack it, b6327 and newer"):
+        argv("b5000", params, **OLD_SWITCH)
+
+
+def test_a_bare_fa_of_an_older_build_is_read_as_on_and_re_emitted_for_each_build() -> None:
+    params = LlamaParams.from_args(["-fa", "-c", "4096"])
+    assert params.flash_attn == "on" and params.ctx_size == 4096
+    assert argv("b4908", params, **OLD_SWITCH).count("-fa") == 1
+    current = argv("current", params)
+    assert current[current.index("-fa") + 1] == "on"
+
+
 def test_experts_on_the_host_need_a_build_with_the_flags() -> None:
     hosted = with_host_experts(LAYOUT, frozenset(range(3)))
     assert "--n-cpu-moe" in argv("b6400", layout=hosted)
-    with pytest.raises(InputError, match=r"--n-cpu-moe: the layout keeps experts .* b6000 has no --n-cpu-moe"):
-        argv("b6000", layout=hosted, offload_order=OffloadOrder.OUTPUT_LAST)
+    with pytest.raises(InputError, match=r"--n-cpu-moe: the layout keeps experts .* b4908 has no --n-cpu-moe"):
+        argv("b4908", LlamaParams(flash_attn="off"), layout=hosted, **OLD_SWITCH)
     assert N_CPU_MOE.present(6000) is False
 
 
@@ -138,3 +193,30 @@ def test_the_command_line_refuses_an_unusable_build(capsys: pytest.CaptureFixtur
     assert main(["plan", *files, "--llama-cpp-build", build]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("build", "fit"), [("current", True), ("legacy", False)])
+def test_fleet_commands_follow_the_build_too(capsys: pytest.CaptureFixture[str], build: str, fit: bool) -> None:
+    import json
+    from pathlib import Path
+
+    from layerfit.cli import main
+
+    fleet = Path(__file__).parent.parent / "layerfit" / "examples" / "fleet.yaml"
+    assert main(["replan", str(fleet), "--time-limit", "2", "--json", "--llama-cpp-build", build]) in (0, 1)
+    replicas = json.loads(capsys.readouterr().out)["commands"]
+    lines = [line for replica in replicas for line in replica["commands"]]
+    servers = [line["argv"] for line in lines if line["program"] == "llama-server"]
+    assert servers
+    assert all(("--fit" in argv) == fit for argv in servers)
+
+
+def test_fleet_commands_refuse_what_the_build_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from layerfit.cli import EXIT_BAD_INPUT, main
+
+    fleet = Path(__file__).parent.parent / "layerfit" / "examples" / "fleet.yaml"
+    assert main(["replan", str(fleet), "--time-limit", "2", "--llama-cpp-build", "b4908"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "b4908 has no -fa auto" in err and "Traceback" not in err

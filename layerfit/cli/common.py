@@ -31,6 +31,25 @@ exit codes: 0 placed, 1 nothing fits, 2 bad input
 """
 
 
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--offload-order`` and ``--llama-cpp-build``: the llama.cpp the commands are written for."""
+    from layerfit.domain.choices import OffloadOrder
+
+    parser.add_argument(
+        "--offload-order",
+        choices=[o.value for o in OffloadOrder],
+        help="-ngl's order (default: the build's; output-last for builds older than December 2025)",
+    )
+    parser.add_argument(
+        "--llama-cpp-build",
+        metavar="BUILD",
+        help="the llama.cpp the commands are for: its build number (b6500 or 6500, as llama-server --version "
+        "prints it), current (b11434: output-first -ngl, --fit off emitted) or legacy (b6457: output-last -ngl, "
+        "no --fit); the flags emitted follow it, and one the build lacks is refused; default: what "
+        "--offload-order implies, else current",
+    )
+
+
 def exit_code(status: Status) -> int:
     """0 for a placed result (optimal or feasible), 1 otherwise."""
     from layerfit.domain.plan import Status

@@ -19,13 +19,16 @@ from layerfit.errors import InputError
 from layerfit.io import load_file, load_model
 
 
-def planner_config(args: argparse.Namespace) -> PlannerConfig:
+def planner_config(args: argparse.Namespace, **settings: Any) -> PlannerConfig:
+    """The planner settings of the command line (``--policy``, ``--time-limit`` where the command has
+    them, ``--offload-order``, ``--llama-cpp-build``); ``settings`` fill in the rest."""
     data = {
-        "policy": Policy(args.policy),
-        "time_limit_s": args.time_limit,
+        **settings,
         "offload_order": OffloadOrder(args.offload_order) if args.offload_order else None,
         "llama_cpp_build": args.llama_cpp_build,
     }
+    if "policy" in args:
+        data |= {"policy": Policy(args.policy), "time_limit_s": args.time_limit}
     return load_model(PlannerConfig, data, "command line")
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, HELP_FORMAT, exit_code, seconds
-from layerfit.domain.choices import ModelKind, OffloadOrder, Policy
+from layerfit.cli.common import EXAMPLES, HELP_FORMAT, add_build_arguments, exit_code, seconds
+from layerfit.domain.choices import ModelKind, Policy
 
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
@@ -73,19 +73,7 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layout", help="evaluate this layout instead of searching for one")
     parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.BINPACK.value)
     parser.add_argument("--time-limit", type=seconds, default=10.0, help="solver time limit in seconds (default 10)")
-    parser.add_argument(
-        "--offload-order",
-        choices=[o.value for o in OffloadOrder],
-        help="-ngl's order (default: the build's; output-last for builds older than December 2025)",
-    )
-    parser.add_argument(
-        "--llama-cpp-build",
-        metavar="BUILD",
-        help="the llama.cpp the commands are for: its build number (b6500 or 6500, as llama-server --version "
-        "prints it), current (b11434: output-first -ngl, --fit off emitted) or legacy (b6457: output-last -ngl, "
-        "no --fit); the flags emitted follow it, and one the build lacks is refused; default: what "
-        "--offload-order implies, else current",
-    )
+    add_build_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument(
         "--quiet", action="store_true", help="no progress display (it is shown only when stderr is a terminal)"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, exit_code, seconds
+from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, add_build_arguments, exit_code, seconds
 from layerfit.domain.choices import Executor
+
+PER_DEPLOYMENT_SECONDS = 2.0
+"""Time limit of the per-deployment solves inside a fleet plan (``plan_fleet``'s default)."""
 
 
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit.cli.inputs import check_plot_target, progress_display, write_plot
+    from layerfit.cli.inputs import check_plot_target, planner_config, progress_display, write_plot
     from layerfit.cli.render import render_fleet
     from layerfit.domain.fleet import Fleet, FleetConfig
     from layerfit.errors import InputError
@@ -18,12 +21,13 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         raise InputError("replan", f"unexpected arguments {rest}")
     check_plot_target(args.plot)
+    commands_for = planner_config(args, time_limit_s=PER_DEPLOYMENT_SECONDS)
     fleet = load_file(Fleet, args.fleet)
     from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
 
     with progress_display(args, "replan") as shown:
         config = FleetConfig(time_limit_s=args.time_limit, executor=Executor(args.executor), progress=shown)
-        result = plan_fleet(fleet, config)
+        result = plan_fleet(fleet, config, commands_for)
 
     print(result.model_dump_json(indent=2) if args.json else render_fleet(result, fleet.cluster))
     before = [(f"{p.deployment}#{p.replica}", p.layout) for p in fleet.current]
@@ -54,6 +58,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     replan.add_argument("fleet", help="fleet YAML/JSON: cluster, deployments, current placements")
     replan.add_argument("--time-limit", type=seconds, default=60.0, help="master solver time limit (default 60 s)")
     replan.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value)
+    add_build_arguments(replan)
     replan.add_argument("--json", action="store_true", help="print the fleet plan as JSON")
     replan.add_argument(
         "--quiet", action="store_true", help="no progress display (it is shown only when stderr is a terminal)"

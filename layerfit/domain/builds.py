@@ -74,6 +74,13 @@ LOAD_MODE = Feature(
     "-lm (--load-mode)", None, 10114, "ggml-org/llama.cpp#20834; b10114 has it (#26110)"
 )
 DIRECT_IO = Feature("-dio (--direct-io)", None, 9297, "b9297 runs with -dio in ggml-org/llama.cpp#23772")
+FLASH_ATTN_VALUE = Feature(
+    "-fa on|off|auto (older builds' -fa is a switch, off unless given)",
+    4908,
+    6327,
+    "b4908 runs a bare -fa in ggml-org/llama.cpp#12441; flash_attn_type auto|on|off is in b6327"
+    " (mybigday/llama.node#102); containers/ramalama#1928 passes --flash-attn on since",
+)
 
 
 def parse_build(value: object) -> LlamaCppBuild | int:
@@ -149,6 +156,26 @@ def load_mode_args(load_mode: str | None, build: int) -> tuple[str, ...]:
             return ("-dio",)
         raise InputError("load_mode dio", _lacks(DIRECT_IO, build))
     return _LEGACY_LOAD_FLAGS[load_mode]
+
+
+def flash_attn_args(flash_attn: str, build: int) -> tuple[str, ...]:
+    """The flags that set flash attention as ``flash_attn`` (on, off, auto) says on ``build``:
+    ``-fa VALUE`` where the build takes a value; on an older build with the plain switch, ``-fa``
+    for on and nothing for off. Such a build has no ``auto`` (it runs without flash attention unless
+    told), while the estimate takes ``auto`` as on, so ``auto`` is refused there: say on or off."""
+    takes_value = FLASH_ATTN_VALUE.present(build)
+    if takes_value:
+        return () if flash_attn == "auto" else ("-fa", flash_attn)
+    what = f"flash_attn {flash_attn}"
+    if takes_value is None:
+        raise InputError(what, f"{FLASH_ATTN_VALUE.unknown_reason(build)}; so layerfit cannot write its -fa")
+    if flash_attn == "auto":
+        raise InputError(
+            what,
+            f"llama.cpp b{build} has no -fa auto: it runs without flash attention unless -fa is given"
+            f" ({FLASH_ATTN_VALUE.source}); give -fa on or -fa off",
+        )
+    return ("-fa",) if flash_attn == "on" else ()
 
 
 def check_flags(args: tuple[str, ...], build: int, why: str) -> None:
