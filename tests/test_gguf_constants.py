@@ -70,7 +70,10 @@ def test_estimate_imports_no_gguf_numpy_or_solver(tmp_path: Path) -> None:
         "import contextlib, io\nfrom layerfit.cli import main\n"
         f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['estimate', {str(model)!r}]) == 0"
     )
-    assert _heavy(_modules_after(code)) == set()
+    loaded = _modules_after(code)
+    assert _heavy(loaded) == set()
+    unused = {"layerfit.domain.cluster", "layerfit.domain.deployment", "layerfit.domain.config", "yaml"}
+    assert loaded & unused == set()  # models an estimate does not need are not even built
 
 
 @pytest.mark.parametrize("which", ["cluster", "deployment"])

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from layerfit.domain.base import Bytes, Frozen, MiB, PosInt
-from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.choices import ModelKind
 from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import FlashAttnFallback, MemoryProfile, RoleCosts
@@ -31,6 +32,9 @@ from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
 from layerfit.estimators.gguf_reader import MetaValue, read_header
 from layerfit.estimators.layer_kinds import kinds_compute
 from layerfit.estimators.shape import ModelShape, read_gguf
+
+if TYPE_CHECKING:  # the estimate path does not load the deployment (and cluster) models
+    from layerfit.domain.deployment import Deployment
 
 DEFAULT_UBATCH = 512
 DEFAULT_BATCH = 2048

@@ -11,7 +11,7 @@ from typing import Literal
 
 from layerfit.domain import Claims, DeviceAssignment, Layout, LlamaParams, MemoryProfile, format_bytes
 from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt
-from layerfit.domain.deployment import ModelKind
+from layerfit.domain.choices import ModelKind
 from layerfit.domain.params import DEFAULT_CTX_SIZE
 from layerfit.estimators.estimate import (
     DEFAULT_RUNTIME,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerfit.domain.config import OffloadOrder
+from layerfit.domain.choices import OffloadOrder
 from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.errors import InputError
 
