@@ -150,9 +150,9 @@ def render_fleet(plan: FleetPlan, cluster: Cluster) -> str:
     by_change = {change: [p for p in plan.placements if p.change is change] for change in ReplicaChange}
     placed_changes = (ReplicaChange.KEPT, ReplicaChange.MOVED, ReplicaChange.STARTED)
     counts = ", ".join(f"{len(by_change[change])} {change.value}" for change in placed_changes)
-    lines.append(
-        f"  {len(plan.placements)} placed ({counts}), {len(plan.stopped)} stopped, {len(plan.unplaced)} not placed"
-    )
+    lost = f", {len(plan.lost)} to stop by hand (GPU or worker gone)" if plan.lost else ""
+    stopped = f"{len(plan.stopped)} stopped{lost}"
+    lines.append(f"  {len(plan.placements)} placed ({counts}), {stopped}, {len(plan.unplaced)} not placed")
     lines += [f"  tier: {bound.text}" for bound in plan.bounds]
     for change in placed_changes:
         if by_change[change]:
