@@ -231,6 +231,17 @@ def test_an_infeasible_layout_gets_no_launch_commands(capsys: pytest.CaptureFixt
     assert code == EXIT_PLACED and "rpc-server --host" in out and "llama-server -m" in out
 
 
+def test_explain_prints_each_reason_once(capsys: pytest.CaptureFixture[str]) -> None:
+    too_big = str(EXAMPLES / "too-big.yaml")
+    _, out = run(capsys, "explain", "--cluster", CLUSTER, "--deployment", too_big)
+    reasons = [line for line in out.splitlines() if line.startswith("  ! ")]
+    assert "  ! info: CPU offloading is not allowed" in reasons
+    assert len(reasons) == len(set(reasons))
+    data = plan_json(capsys, "explain", "--cluster", CLUSTER, "--deployment", too_big)
+    messages = [reason["message"] for reason in data["reasons"]]
+    assert len(messages) > len(set(messages))  # the JSON keeps every strategy's reasons
+
+
 @pytest.mark.parametrize(
     ("flags", "fit_off"),
     [

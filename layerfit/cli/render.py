@@ -118,7 +118,8 @@ def render_plan(plan: Plan) -> str:
             lines.append(f"  {len(plan.alternatives)} equally good alternative(s)")
     shown = set()
     for reason in plan.reasons:
-        lines.append(f"  ! {reason.severity.value}: {reason.message}")
+        if reason.message not in shown:  # two strategies may give the same reason: print it once
+            lines.append(f"  ! {reason.severity.value}: {reason.message}")
         shown.add(reason.message)
     lines += [f"  {message}" for message in plan.messages if message not in shown]
     if plan.relaxations:
