@@ -161,6 +161,8 @@ def cpu_seconds() -> float:
 
 CPU: list[float] = []
 """CPU seconds of each plan timed so far (machines are shared: wall time depends on the load)."""
+PLAN_WALL: list[float] = []
+"""Wall seconds of each plan timed so far, as the plan reports it (every stage, commands included)."""
 
 
 def timed_plans(fleet: Fleet, config: FleetConfig, runs: int) -> tuple[list[FleetPlan], list[float]]:
@@ -170,6 +172,7 @@ def timed_plans(fleet: Fleet, config: FleetConfig, runs: int) -> tuple[list[Flee
         plans.append(plan_fleet(fleet, config, PLANNER))
         times.append(time.perf_counter() - started)
         CPU.append(cpu_seconds() - cpu)
+        PLAN_WALL.append(plans[-1].stats[0].wall_time_s)
     return plans, times
 
 
@@ -255,19 +258,22 @@ def same_plan(fleet: Fleet, config: FleetConfig, executors: list[str]) -> bool:
     return ok
 
 
-def scale_case() -> bool:
-    """256 workers x 4 GPUs, 300 deployments: one run with pricing, one without; the target is the
-    time with pricing and never behind sequential."""
-    print("== scale (256 workers x 4 GPUs = 1,024 GPUs, 300 deployments), one run each")
+def scale_case(runs: int) -> bool:
+    """256 workers x 4 GPUs, 300 deployments: ``runs`` runs with pricing and without; the target is
+    the time with pricing (every run), and never behind sequential."""
+    print(f"== scale (256 workers x 4 GPUs = 1,024 GPUs, 300 deployments), {runs} runs each")
     rng = random.Random(7)
     fleet = Fleet(cluster=make_cluster(rng, 256, 4), deployments=make_deployments(rng, 300, [4, 4, 3, 3, 2, 1, 1]))
     big = FleetConfig(time_limit_s=60.0, executor="local", processes=2, num_search_workers=2)
-    joint, not_worse, _, _ = compare("1,024 GPUs / 300 deployments", fleet, big, 1)
-    fast = joint.stats[0].wall_time_s <= 90.0
+    started = len(CPU)
+    _, not_worse, _, _ = compare("1,024 GPUs / 300 deployments", fleet, big, runs)
+    with_pricing = CPU[started + runs :]
+    slowest = max(PLAN_WALL[-runs:])
+    fast = slowest <= 90.0
     print(
-        f"fleet plan wall time with column generation {joint.stats[0].wall_time_s:.1f} s, CPU {CPU[-1]:.1f} s, "
-        f"time limit {big.time_limit_s:.0f} s, load {os.getloadavg()[0]:.1f} (target <= 90 s on 2 cores): "
-        f"{'PASS' if fast else 'FAIL'}"
+        f"fleet plan wall time with column generation {spread(PLAN_WALL[-runs:], '{:.1f}')} s, CPU "
+        f"{spread(with_pricing, '{:.1f}')} s, time limit {big.time_limit_s:.0f} s, load {os.getloadavg()[0]:.1f} "
+        f"(target <= 90 s on 2 cores): {'PASS' if fast else 'FAIL'}"
     )
     return fast and not_worse
 
@@ -278,9 +284,10 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=5, help="fragmented cases to run")
     parser.add_argument("--runs", type=int, default=3, help="runs per case, for the spread of GPUs and time")
     parser.add_argument("--scale-only", action="store_true", help="only the 1,024-GPU case")
+    parser.add_argument("--scale-runs", type=int, default=3, help="runs of the 1,024-GPU case, per mode")
     args = parser.parse_args()
     if args.scale_only:
-        return 0 if scale_case() else 1
+        return 0 if scale_case(args.scale_runs) else 1
     config = FleetConfig(time_limit_s=8.0, executor="local", processes=2, num_search_workers=2)
     results: list[bool] = []
     print("== fragmented fleets (6 workers x 2 GPUs, demand close to capacity)")
@@ -304,7 +311,7 @@ def main() -> int:
     fleet = Fleet(cluster=make_cluster(rng, 16, 4), deployments=make_deployments(rng, 40, [4, 4, 3, 2, 1, 1, 0]))
     joint, not_worse, _, _ = compare("16 workers / 64 GPUs", fleet, config, args.runs)
     results += [not_worse, failure_case(fleet, joint, config)]
-    scale_ok = args.quick or scale_case()
+    scale_ok = args.quick or scale_case(args.scale_runs)
     ok = all(results) and scale_ok
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -77,21 +77,40 @@ def test_the_master_over_all_columns_never_replaces_a_better_first_plan(monkeypa
 
 
 def test_candidate_generation_stops_at_its_deadline_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster = fleet().cluster
-    big = Deployment(name="big", profile=MemoryProfile.uniform(4, 30 * GiB // 4, 0), replicas=1, cpu_offloading=False)
-    profile = big.profile
-    assert profile is not None
+    two = Worker(
+        id=2,
+        name="w2",
+        total_ram_bytes=64 * GiB,
+        allocatable_ram_bytes=64 * GiB,
+        gpus=tuple(Gpu(index=g, total_vram_bytes=12 * GiB, allocatable_vram_bytes=12 * GiB) for g in range(2)),
+    )
+    cluster = Cluster(workers=(*fleet().cluster.workers, two))
+
+    def sized(name: str, gib: int) -> Deployment:
+        profile = MemoryProfile.uniform(4, gib * GiB // 4, 0)
+        return Deployment(name=name, profile=profile, replicas=1, cpu_offloading=False)
+
+    def on_w2(options: Any) -> bool:
+        return any(layout.main_worker == "w2" for layout, _ in options)
+
     members = (((), 0),)
-    (whole,), cut = group_candidates(cluster, big, profile, PLANNER, members)
-    assert not cut and any(len(layout.devices) > 1 for layout, _ in whole)
-    (short,), cut = group_candidates(cluster, big, profile, PLANNER, members, until=time.time() - 1)
-    assert cut and not any(len(layout.devices) > 1 for layout, _ in short)
-    # in plan_fleet: candidates get no time at all; the plan says so and still places what the seed finds
+    one_gpu = sized("one", 14)  # fits on one GPU of w0 or w1, or on w2's two GPUs
+    assert one_gpu.profile is not None
+    (whole,), cut = group_candidates(cluster, one_gpu, one_gpu.profile, PLANNER, members)
+    assert not cut and on_w2(whole)
+    (short,), cut = group_candidates(cluster, one_gpu, one_gpu.profile, PLANNER, members, until=time.time() - 1)
+    assert cut and short and not on_w2(short)
+    # past the deadline a deployment with no candidate yet still gets one
+    multi = sized("multi", 30)
+    assert multi.profile is not None
+    (found,), _ = group_candidates(cluster, multi, multi.profile, PLANNER, members, until=time.time() - 1)
+    assert found and all(len(layout.devices) > 1 for layout, _ in found)
+    # in plan_fleet: candidates get no time at all; the plan says so
     monkeypatch.setattr(fleet_plan, "CANDIDATE_SHARE", 0.0)
-    with_big = fleet().model_copy(update={"deployments": (*fleet().deployments, big)})
-    plan = plan_fleet(with_big, CONFIG, PLANNER)
-    assert plan.stats[0].details["candidate_generation"].startswith("cut short at the deadline")
+    planned = Fleet(cluster=cluster, deployments=(one_gpu,))
+    plan = plan_fleet(planned, CONFIG, PLANNER)
+    assert plan.stats[0].details["candidate_generation"] == "cut short at the deadline for 1 deployments"
     skipped = [r for r in plan.reasons if r.kind is ReasonKind.STRATEGY_SKIPPED and r.resource == "time_limit_s"]
-    assert len(skipped) == 1 and "candidate generation" in skipped[0].message
+    assert len(skipped) == 1 and "candidate generation" in skipped[0].message and len(plan.placements) == 1
     monkeypatch.setattr(fleet_plan, "CANDIDATE_SHARE", 0.3)
-    assert plan_fleet(fleet(), CONFIG, PLANNER).stats[0].details["candidate_generation"] == "complete"
+    assert plan_fleet(planned, CONFIG, PLANNER).stats[0].details["candidate_generation"] == "complete"

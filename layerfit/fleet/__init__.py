@@ -7,7 +7,10 @@ One module per stage:
 * ``master``: the column-based master CP-SAT model, ``x[d, c]`` replicas of deployment ``d`` on
   candidate ``c``, capacities per GPU and per worker; ``greedy`` gives its first solution.
 * ``tiers``: the objective tiers solved in order (priority weight placed, layers on GPUs, replicas
-  kept in place, GPUs and workers used), each fixing the previous optimum.
+  kept in place, GPUs and workers used), each fixing the previous optimum, none ending worse than
+  the incumbent; ``lns``: on fleets larger than one group of workers, the GPUs and workers tier
+  searched group by group; ``gaps``: each tier's bound and gap in its own units, where it means
+  something.
 * ``pricing``: the single-deployment CP-SAT model (same memory model, same rules) priced with dual
   prices on every GPU, worker and pool: the layout with the best reduced cost over all layouts.
 * ``colgen``: column generation, the master's LP relaxation (GLOP) and pricing in rounds; new
@@ -17,9 +20,10 @@ One module per stage:
 * ``plan``: ``plan_fleet`` and ``choose``, putting the stages together; ``sequential``: the
   one-at-a-time baseline (GPUStack's way) that also seeds the joint plan.
 
-``FleetPlan.gap`` is the master's own (relative to its columns); ``FleetPlan.bounds`` gives the
-first two tiers' bounds and gaps, over all layouts with column generation (``FleetConfig.
-column_generation``, on by default), else over the candidates.
+``FleetPlan.bounds`` gives every tier's value, whether it is proven, and its bound and gap where
+one is known, over all layouts with column generation (``FleetConfig.column_generation``, on by
+default) where pricing gives one, else over the candidates; ``FleetPlan.gap`` is the gap of the
+first tier not proven.
 """
 
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement

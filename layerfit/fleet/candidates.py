@@ -193,14 +193,15 @@ def _member_candidates(
     shared: _Shared, current: Sequence[Layout], limit: int, offset: int, until: float | None = None
 ) -> tuple[CandidateSet, bool]:
     """The member's candidates, and whether they were cut short: past ``until`` (``time.time()``,
-    comparable across processes) only its current layouts and single-GPU ones (cheap) are kept;
-    the multi-GPU layouts per worker and the planner's are not looked for."""
+    comparable across processes) its current layouts and single-GPU ones (cheap) are kept, and
+    more (multi-GPU per worker, then the planner's) are looked for only while it has none, so that
+    a deployment that fits somewhere keeps a candidate."""
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
     found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
     fits_one_worker = bool(shared.fitting[0])
     cut = False
     for worker in _stratified(shared.hosts, limit, offset):
-        if until is not None and time.time() >= until and not shared.has_host(worker):
+        if until is not None and time.time() >= until and found and not shared.has_host(worker):
             cut = True
             continue
         multi = shared.on_host(worker)
@@ -210,7 +211,7 @@ def _member_candidates(
     if not fits_one_worker:
         # Nothing fits fully on one worker: let the single-deployment planner find distributed or
         # partial layouts over the whole cluster.
-        if until is None or time.time() < until or shared.has_planner():
+        if until is None or time.time() < until or not found or shared.has_planner():
             found += shared.planner()
         else:
             cut = True
