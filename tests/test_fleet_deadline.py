@@ -93,13 +93,16 @@ def test_candidate_generation_stops_at_its_deadline_and_says_so(monkeypatch: pyt
     def on_w2(options: Any) -> bool:
         return any(layout.main_worker == "w2" for layout, _ in options)
 
-    members = (((), 0),)
+    members = (((), 0, 1),)
     one_gpu = sized("one", 14)  # fits on one GPU of w0 or w1, or on w2's two GPUs
     assert one_gpu.profile is not None
     (whole,), cut = group_candidates(cluster, one_gpu, one_gpu.profile, PLANNER, members)
     assert not cut and on_w2(whole)
     (short,), cut = group_candidates(cluster, one_gpu, one_gpu.profile, PLANNER, members, until=time.time() - 1)
     assert cut and short and not on_w2(short)
+    # two single-GPU layouts (w0, w1) for three replicas: w2's two-GPU layout is still looked for
+    (three,), _ = group_candidates(cluster, one_gpu, one_gpu.profile, PLANNER, (((), 0, 3),), until=time.time() - 1)
+    assert on_w2(three) and len(three) == 3
     # past the deadline a deployment with no candidate yet still gets one
     multi = sized("multi", 30)
     assert multi.profile is not None

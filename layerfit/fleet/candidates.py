@@ -156,8 +156,8 @@ def _planner_candidates(
     return valid_candidates(cluster, deployment, profile, config, layouts)
 
 
-Member = tuple[tuple[Layout, ...], int]
-"""A deployment of a group: its current layouts and its offset among the GPUs."""
+Member = tuple[tuple[Layout, ...], int, int]
+"""A deployment of a group: its current layouts, its offset among the GPUs and its replicas."""
 
 
 class _Shared:
@@ -190,18 +190,19 @@ class _Shared:
 
 
 def _member_candidates(
-    shared: _Shared, current: Sequence[Layout], limit: int, offset: int, until: float | None = None
+    shared: _Shared, member: Member, limit: int, until: float | None = None
 ) -> tuple[CandidateSet, bool]:
     """The member's candidates, and whether they were cut short: past ``until`` (``time.time()``,
     comparable across processes) its current layouts and single-GPU ones (cheap) are kept, and
-    more (multi-GPU per worker, then the planner's) are looked for only while it has none, so that
-    a deployment that fits somewhere keeps a candidate."""
+    more (multi-GPU per worker, then the planner's) are looked for only while it has fewer than
+    its replicas, so that a deployment that fits somewhere keeps a candidate for each replica."""
+    current, offset, replicas = member
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
     found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
     fits_one_worker = bool(shared.fitting[0])
     cut = False
     for worker in _stratified(shared.hosts, limit, offset):
-        if until is not None and time.time() >= until and found and not shared.has_host(worker):
+        if until is not None and time.time() >= until and len(found) >= replicas and not shared.has_host(worker):
             cut = True
             continue
         multi = shared.on_host(worker)
@@ -211,7 +212,7 @@ def _member_candidates(
     if not fits_one_worker:
         # Nothing fits fully on one worker: let the single-deployment planner find distributed or
         # partial layouts over the whole cluster.
-        if until is None or time.time() < until or not found or shared.has_planner():
+        if until is None or time.time() < until or len(found) < replicas or shared.has_planner():
             found += shared.planner()
         else:
             cut = True
@@ -234,7 +235,7 @@ def group_candidates(
     the work: the fitting GPUs, each worker's multi-GPU layout and the planner's layouts; and
     whether any was cut short at ``until`` (``time.time()``)."""
     shared = _Shared(cluster, deployment, profile, config)
-    found = [_member_candidates(shared, current, limit, offset, until) for current, offset in members]
+    found = [_member_candidates(shared, member, limit, until) for member in members]
     return tuple(options for options, _ in found), any(cut for _, cut in found)
 
 
@@ -251,7 +252,7 @@ def generate_candidates(
 
     ``limit`` caps the single-GPU candidates (spread evenly over the GPUs, from ``offset``).
     """
-    return group_candidates(cluster, deployment, profile, config, [(tuple(current), offset)], limit)[0][0]
+    return group_candidates(cluster, deployment, profile, config, [(tuple(current), offset, 1)], limit)[0][0]
 
 
 def _first_valid(

@@ -91,7 +91,10 @@ def _candidates(
     tasks: list[GroupTask] = []
     for group in groups:
         first = fleet.deployments[group[0]]
-        members = tuple((tuple(dict.fromkeys(current_layouts[fleet.deployments[d].name])), d) for d in group)
+        members = tuple(
+            (tuple(dict.fromkeys(current_layouts[fleet.deployments[d].name])), d, fleet.deployments[d].replicas)
+            for d in group
+        )
         limit = config.max_single_gpu_candidates
         tasks.append((fleet.cluster, first, profiles[first.name], planner_config, members, limit, until))
     found: list[CandidateSet] = [()] * len(fleet.deployments)
