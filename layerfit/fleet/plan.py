@@ -263,7 +263,11 @@ def _with_column_generation(
     cg = ColumnGeneration(
         fleet.cluster, fleet.deployments, profiles, candidates, weights, config, planner_config, pins
     )
-    plan = choose(fleet, profiles, candidates, config, planner_config, seed, deadline.share(FIRST_MASTER_SHARE))
+    # A seed that places every replica with every layer on GPUs leaves pricing nothing to better on
+    # the first two tiers: the master over the candidates gets the whole time, as without pricing.
+    seed_values = (sum(weights[name] for name, _ in seed), sum(layout.gpu_layers for _, layout in seed))
+    first_share = 1.0 if seed_values >= (trivial_placed, trivial_layers) else FIRST_MASTER_SHARE
+    plan = choose(fleet, profiles, candidates, config, planner_config, seed, deadline.share(first_share))
     share = config.column_generation_share
     nominal = config.time_limit_s * (1 - FIRST_MASTER_SHARE) * share
     values = plan.objective
