@@ -154,12 +154,21 @@ def test_pricing_finds_the_layout_no_generator_proposes() -> None:
     small_fleets(),
     st.lists(st.sampled_from([0.0, 0.0, 1e-4, 1e-3, 0.05]), min_size=6, max_size=6),
     st.sampled_from([0.0, 1.0]),
+    st.lists(st.sampled_from([0.0, 0.0, 0.3, 1.5, 4.0]), min_size=9, max_size=9),
 )
-def test_pricing_against_every_layout(fleet: Fleet, gpu_prices: list[float], layer_value: float) -> None:
+def test_pricing_against_every_layout(
+    fleet: Fleet, gpu_prices: list[float], layer_value: float, opening: list[float]
+) -> None:
     from layerfit.fleet.pricing import Prices, claim_value, price
 
     gpus = [(w.name, g.index) for w in fleet.cluster.workers for g in w.gpus]
-    prices = Prices(gpu=dict(zip(gpus, gpu_prices, strict=False)), layer_value=layer_value)
+    workers = [w.name for w in fleet.cluster.workers]
+    prices = Prices(
+        gpu=dict(zip(gpus, gpu_prices, strict=False)),
+        layer_value=layer_value,
+        gpu_open=dict(zip(gpus, opening, strict=False)),
+        worker_open=dict(zip(workers, opening[6:], strict=False)),
+    )
     for d, options in zip(fleet.deployments, all_columns(fleet), strict=True):
         assert d.profile is not None
         priced = price(fleet.cluster, d, d.profile, PLANNER, prices, 5.0)

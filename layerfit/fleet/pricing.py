@@ -55,6 +55,10 @@ class Prices:
     worker: Mapping[str, float] = field(default_factory=dict)
     """Per MiB of RAM, or of the whole pool on a unified-memory worker."""
     layer_value: float = 0.0
+    gpu_open: Mapping[tuple[str, int], float] = field(default_factory=dict)
+    """Per GPU the layout uses at all (the GPUs tier's price of opening it)."""
+    worker_open: Mapping[str, float] = field(default_factory=dict)
+    """Per worker the layout runs a process on (llama-server or an rpc-server)."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,11 @@ class Priced:
 
 
 def claim_value(cluster: Cluster, prices: Prices, layout: Layout, claims: Claims) -> float:
-    """A layout's exact value under ``prices``: layers times their value, minus priced claims."""
+    """A layout's exact value under ``prices``: layers times their value, minus priced claims and
+    the opening prices of the GPUs and workers it uses."""
     cost = sum(prices.gpu.get((d.worker, d.gpu_index), 0.0) * d.total_bytes / MiB for d in claims.devices)
+    cost += sum(prices.gpu_open.get(gpu, 0.0) for gpu in {(d.worker, d.gpu_index) for d in claims.devices})
+    cost += sum(prices.worker_open.get(name, 0.0) for name in {claim.worker for claim in claims.workers})
     for claim in claims.workers:
         price = prices.worker.get(claim.worker, 0.0)
         if price:
@@ -84,14 +91,15 @@ def claim_value(cluster: Cluster, prices: Prices, layout: Layout, claims: Claims
 
 
 def _split_classes(instance: Instance, prices: Prices) -> Instance:
-    """GPU classes split so that all GPUs of a class have one price; no twin workers."""
+    """GPU classes split so that all GPUs of a class have one price (per MiB, and to open); no twin workers."""
     classes: list[GpuClass] = []
     members: dict[int, list[int]] = defaultdict(list)
     for cls in instance.classes:
         worker = instance.workers[cls.worker].name
-        by_price: dict[float, list[int]] = defaultdict(list)
+        by_price: dict[tuple[float, float], list[int]] = defaultdict(list)
         for index in cls.gpu_indexes:
-            by_price[prices.gpu.get((worker, index), 0.0)].append(index)
+            key = (worker, index)
+            by_price[(prices.gpu.get(key, 0.0), prices.gpu_open.get(key, 0.0))].append(index)
         for indexes in by_price.values():
             members[cls.worker].append(len(classes))
             classes.append(replace(cls, gpu_indexes=tuple(indexes)))
@@ -108,8 +116,9 @@ def _grid(instance: Instance, prices: Prices) -> float:
         for index in cls.gpu_indexes
     )
     ram_room = sum(prices.worker.get(view.name, 0.0) * view.ram_capacity * unit_mib for view in instance.workers)
+    opening = sum(prices.gpu_open.values()) + sum(prices.worker_open.values())
     layers = prices.layer_value * instance.n_layers
-    return OBJECTIVE_RANGE / max(1.0, gpu_room + ram_room + layers)
+    return OBJECTIVE_RANGE / max(1.0, gpu_room + ram_room + opening + layers)
 
 
 class _Objective:
@@ -134,8 +143,11 @@ class _Objective:
         for slot in self.variables.slots:
             for c, assigned in slot.assign.items():
                 cls = self.instance.classes[c]
-                price = self.prices.gpu.get((self.instance.workers[cls.worker].name, cls.gpu_indexes[0]), 0.0)
-                coefficient = int(price * self.grid)
+                key = (self.instance.workers[cls.worker].name, cls.gpu_indexes[0])
+                opening = int(self.prices.gpu_open.get(key, 0.0) * self.grid)
+                if opening > 0:
+                    terms.append(opening * assigned)
+                coefficient = int(self.prices.gpu.get(key, 0.0) * self.grid)
                 if coefficient <= 0:
                     continue
                 need = self.model.new_int_var(0, cls.capacity + 1, f"priced_{slot.name}_{c}")
@@ -148,6 +160,9 @@ class _Objective:
         main_ram = main_ram_expression(self.model, instance, variables) if variables.main else 0
         terms: list[Expr] = []
         for w, view in enumerate(instance.workers):
+            opening = int(self.prices.worker_open.get(view.name, 0.0) * self.grid)
+            if opening > 0:
+                terms.append(opening * variables.worker_used[w])
             coefficient = int(self.prices.worker.get(view.name, 0.0) * self.grid)
             if coefficient <= 0:
                 continue
