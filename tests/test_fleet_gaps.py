@@ -59,4 +59,4 @@ def test_a_tier_cut_short_has_no_bound_and_says_so() -> None:
     assert "GPUs and workers used 0 GPUs: not proven, no bound" in shown and "%" not in shown
     # the whole plan: every tier proven, in its own units
     assert all(b.proven for b in plan.bounds)
-    assert "4 GPUs: proven best over candidates" in render_fleet(plan, fleet().cluster)
+    assert "4 GPUs: proven best over all layouts" in render_fleet(plan, fleet().cluster)

@@ -195,6 +195,16 @@ class TierBound(Frozen):
     closed: bool = False
     """Column generation left no column with a positive reduced cost (the LP over all layouts)."""
     placed_floor: int = 0
+    layers_floor: int = 0
+    """Moves and GPUs tiers: the bound holds among the plans with at least ``placed_floor`` weight
+    placed and ``layers_floor`` layers on GPUs (the plan's own values: when those tiers are proven
+    optimal, the best plan is among them)."""
+    moved_ceiling: int | None = None
+    """GPUs tier: and with at most this many replicas moved."""
+    candidates_bound: float | None = None
+    """The master's own bound over the candidates, when ``bound`` is over all layouts (minimised
+    tiers: a lower bound on the count; it can be higher than ``bound``, but holds for the
+    candidates only)."""
     rounds: NonNegInt = 0
     """Rounds of LP and pricing."""
     columns_added: NonNegInt = 0
@@ -246,8 +256,8 @@ class FleetPlan(Frozen):
     gap_tier: str | None = None
     """That tier (earlier tiers are proven); ``None`` when every tier is proven."""
     bounds: tuple[TierBound, ...] = ()
-    """Bound and gap per tier where one is known: over all layouts with column generation (the
-    priority-weighted placement and layers tiers), else over the candidates."""
+    """Bound and gap per tier where one is known: over all layouts with column generation (every
+    tier where a pricing round could be run), else over the candidates."""
     stats: tuple[EngineStats, ...] = ()
 
     def replicas(self, change: ReplicaChange) -> tuple[ReplicaRef, ...]:

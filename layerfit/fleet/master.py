@@ -44,6 +44,11 @@ def priority_weights(deployments: Sequence[Deployment]) -> dict[str, int]:
     return {deployment.name: weight_of[deployment.priority] for deployment in deployments}
 
 
+def gpu_weight(cluster: Cluster) -> int:
+    """A GPU's weight in the GPUs and workers tier: one GPU outweighs every worker."""
+    return len(cluster.workers) + 1
+
+
 def mib_up(n_bytes: int) -> int:
     return -(-n_bytes // MiB)
 
@@ -121,7 +126,7 @@ class Master:
         """Replicas with a current placement, that the deployment still has, and that do not stay in
         it (first starts are not moves; replicas beyond the replica count stop, which is no move)."""
         self.n_workers = len(cluster.workers)
-        self.footprint = sum(self.used_gpus) * (self.n_workers + 1) + sum(self.used_workers)
+        self.footprint = sum(self.used_gpus) * gpu_weight(cluster) + sum(self.used_workers)
         """GPUs used, then workers used, as one number: ``GPUs x (workers + 1) + workers``."""
 
     def _replica_row(self, d: int, deployment: Deployment) -> list[cp_model.IntVar]:

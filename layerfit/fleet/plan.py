@@ -27,12 +27,13 @@ from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity, Stat
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
-from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, reached, tier_bound, trivial_bounds
+from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, Goal, reached, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.gaps import UNITS, gpus_bound
 from layerfit.fleet.gaps import tier_bound as gap_bound
 from layerfit.fleet.greedy import gpus_used
+from layerfit.fleet.later_bounds import later_bounds
 from layerfit.fleet.master import Master, priority_weights
 from layerfit.fleet.moves import assign_replicas, order_moves
 from layerfit.fleet.screen import pin_conflicts, screen, with_stops_first
@@ -171,6 +172,9 @@ COMMANDS_SHARE = 0.03
 AGAIN_SHARE = 0.25
 """With column generation and no column added: the master runs again (from its plan) only with at
 least this share of ``time_limit_s`` left."""
+LATER_SHARE = 0.25
+"""With column generation: share of the time left after pricing the first two tiers that the
+master over all columns leaves for the moves and GPUs tiers' bounds."""
 FIRST_MASTER_SHARE = 0.5
 """With column generation: share of the time left for the master over the candidates alone (the
 plan without pricing, kept unless the master over all columns beats it)."""
@@ -261,7 +265,15 @@ def _with_column_generation(
     trivial_placed, trivial_layers = trivial_bounds(fleet.deployments, profiles, weights)
     pins, _ = _pin_reasons(fleet, profiles, planner_config)
     cg = ColumnGeneration(
-        fleet.cluster, fleet.deployments, profiles, candidates, weights, config, planner_config, pins
+        fleet.cluster,
+        fleet.deployments,
+        profiles,
+        candidates,
+        weights,
+        config,
+        planner_config,
+        pins,
+        current_counts(fleet),
     )
     # A seed that places every replica with every layer on GPUs leaves pricing nothing to better on
     # the first two tiers: the master over the candidates gets the whole time, as without pricing.
@@ -272,41 +284,56 @@ def _with_column_generation(
     nominal = config.time_limit_s * (1 - FIRST_MASTER_SHARE) * share
     values = plan.objective
     placed_bound = (
-        reached(PLACED, trivial_placed)
+        reached(Goal(PLACED), trivial_placed)
         if values and values[0] >= trivial_placed
-        else cg.run(PLACED, deadline.share(share * 0.6).at, trivial_placed, budget_s=nominal * 0.6)
+        else cg.run(Goal(PLACED), deadline.share(share * 0.6).at, trivial_placed, budget_s=nominal * 0.6)
     )
-    floor = values[0] if values else 0
+    layers_goal = Goal(LAYERS, placed_floor=values[0] if values else 0)
     layers_bound = (
-        reached(LAYERS, trivial_layers, floor)
+        reached(layers_goal, trivial_layers)
         if len(values) > 1 and values[1] >= trivial_layers
-        else cg.run(LAYERS, deadline.share(share * 0.4).at, trivial_layers, placed_floor=floor, budget_s=nominal * 0.4)
+        else cg.run(layers_goal, deadline.share(share * 0.4).at, trivial_layers, budget_s=nominal * 0.4)
     )
     # Again over all columns when pricing added some, or to go on with a plan not proven while a
-    # good part of the time is left.
+    # good part of the time is left; the moves and GPUs tiers' bounds get the rest.
     unproven = plan.status is not Status.OPTIMAL and deadline.remaining() > config.time_limit_s * AGAIN_SHARE
     if (cg.added and deadline.remaining() > 0.2) or unproven:
         start = [(p.deployment, p.layout) for p in plan.placements]
-        again = choose(fleet, profiles, cg.candidate_sets(), config, planner_config, start, deadline)
+        again = choose(
+            fleet, profiles, cg.candidate_sets(), config, planner_config, start, deadline.share(1 - LATER_SHARE)
+        )
         if again.objective > plan.objective:
             plan = again
     bounds = (
         tier_bound(placed_bound, plan.bounds[0].value),
         tier_bound(layers_bound, plan.bounds[1].value),
-        *plan.bounds[2:],
+        *later_bounds(cg, plan, deadline, config.time_limit_s * LATER_SHARE * share),
     )
     gap = next((b.gap for b in bounds if b.tier == plan.gap_tier), None)
     stats = plan.stats[0].model_copy(
         update={
             "details": {
                 **plan.stats[0].details,
-                "pricing_rounds": placed_bound.rounds + layers_bound.rounds,
+                "pricing_rounds": sum(b.rounds for b in bounds),
                 "columns_added": cg.added,
                 "pricing_groups": len(cg.groups),
             }
         }
     )
     return plan.model_copy(update={"bounds": bounds, "gap": gap, "stats": (stats,)})
+
+
+def current_counts(fleet: Fleet) -> dict[str, Counter[Layout]]:
+    """Replicas per current layout, per deployment: only replicas the deployment still has can
+    stay where they are."""
+    replicas = {d.name: d.replicas for d in fleet.deployments}
+    by_replica: dict[str, dict[int, Layout]] = defaultdict(dict)
+    for placement in fleet.current:
+        by_replica[placement.deployment][placement.replica] = placement.layout
+    return {
+        name: Counter(layout for r, layout in layouts.items() if r < replicas.get(name, 0))
+        for name, layouts in by_replica.items()
+    }
 
 
 def _replicas(
@@ -351,16 +378,10 @@ def choose(
     for placement in fleet.current:
         current_by[placement.deployment][placement.replica] = placement.layout
     pins, reasons = _pin_reasons(fleet, profiles, planner_config)
-    # Only replicas the deployment still has can stay where they are.
-    replicas = {d.name: d.replicas for d in deployments}
-    current_counts = {
-        name: Counter(layout for r, layout in layouts.items() if r < replicas[name])
-        for name, layouts in current_by.items()
-    }
     seeded: dict[str, Counter[Layout]] = defaultdict(Counter)
     for name, layout in seed:
         seeded[name][layout] += 1
-    master = Master(cluster, deployments, candidates, current_counts, pins, seeded)
+    master = Master(cluster, deployments, candidates, current_counts(fleet), pins, seeded)
     if deadline is not None:
         config = config.model_copy(update={"time_limit_s": max(0.05, deadline.remaining() * (1 - DECODE_SHARE))})
     outcome = solve_tiers(master, config)

@@ -42,7 +42,10 @@ from layerfit.solver.variables import Expr
 OBJECTIVE_RANGE = 1 << 46
 """The integral objective's magnitude stays below this (CP-SAT works on 64-bit integers)."""
 WALL_GUARD = 4.0
-"""A pricing problem's wall-clock limit, in multiples of its deterministic time limit."""
+"""A pricing problem's wall-clock limit, in multiples of its deterministic time limit, when no
+wall-clock limit is given (column generation gives the time it has left: under a heavy load one
+deterministic second took up to 10 s, and a guard cutting problems short by the clock changed
+the bound from run to run)."""
 ABSOLUTE_GAP = 1e-3
 """Pricing stops this close to the best value (in the tier's units: weight or layers)."""
 
@@ -188,15 +191,17 @@ def price(
     config: PlannerConfig,
     prices: Prices,
     time_limit_s: float,
+    wall_limit_s: float | None = None,
 ) -> Priced:
-    """The valid layout of ``deployment`` with the best value under ``prices`` (see the module docstring)."""
+    """The valid layout of ``deployment`` with the best value under ``prices`` (see the module docstring).
+    ``time_limit_s`` is deterministic time; ``wall_limit_s`` caps the wall-clock guard."""
     instance = _split_classes(build_instance(cluster, deployment, profile, config), prices)
     built = build_model(instance, break_symmetry=False)
     grid = _grid(instance, prices)
     objective = _Objective(built, prices, grid)
     built.model.maximize(objective.layers() - objective.gpu_cost() - objective.worker_cost())
     # Deterministic time, so that the same input prices the same under any load; wall time as a guard.
-    solver = solver_for(config, WALL_GUARD * time_limit_s)
+    solver = solver_for(config, WALL_GUARD * time_limit_s if wall_limit_s is None else max(0.05, wall_limit_s))
     solver.parameters.max_deterministic_time = time_limit_s
     # Values closer than this to the best are as good for column generation; the bound stays exact.
     solver.parameters.absolute_gap_limit = ABSOLUTE_GAP * grid
@@ -220,7 +225,7 @@ def price(
     return Priced(layouts=found, bound=bound, proven=status == cp_model.OPTIMAL, complete=complete)
 
 
-PricingTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, Prices, float]
+PricingTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, Prices, float, float]
 
 
 def pricing_task(task: PricingTask) -> Priced:

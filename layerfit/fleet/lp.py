@@ -1,0 +1,272 @@
+"""The master's LP relaxation for one tier over the current columns, its duals as prices, and
+what a bound over all layouts needs from them.
+
+Every tier is a maximisation: priority weight placed, layers on GPUs, replicas kept (the moves
+tier: replicas moved = replicas with a current placement less those kept) and minus the GPUs and
+workers used (the GPUs tier: ``GPUs * (workers + 1) + workers``). Every row is ``<=``, so every
+multiplier is non-negative:
+
+* per deployment, its replicas at most its count (the domain of its columns in the bound);
+* per GPU and per worker's RAM or pool, the claims at most the capacity (on the GPUs tier: the
+  capacity times the resource's opened variable);
+* the earlier tiers' values as floors: weight placed, layers on GPUs, replicas kept;
+* replicas kept on a current layout at most those on it (only current layouts keep one);
+* the GPUs tier: per group of identical deployments and GPU (or worker), the group's replicas
+  that use it at most its replicas times the opened variable; a GPU opened only with its worker.
+
+A column's value under the multipliers is its tier value, plus the floors' multipliers times
+its weight and layers, less the priced claims and opening prices (``pricing.claim_value``), plus
+a kept row's multiplier for a current layout. For any multipliers, no integer plan (pins
+included: they only restrict it) beats the Lagrangian
+
+    sum of multiplier * right-hand side + sum over the other variables of their best term
+    + sum over deployments of replicas * max(0, best column value over every layout),
+
+and with the LP's own duals the LP's value plus replicas times each deployment's best reduced
+cost bounds the LP over all layouts (pins included). Rows no known column enters are left out:
+their multiplier is zero, and so is their part of both bounds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ortools.linear_solver import pywraplp
+
+from layerfit.domain.base import MiB
+from layerfit.domain.cluster import Cluster
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.layout import Claims, Layout
+from layerfit.errors import SolverError
+from layerfit.fleet.master import ResourceKey, capacity_bytes, claim_bytes, gpu_weight
+from layerfit.fleet.pricing import Prices, claim_value
+
+PLACED = "priority weight placed"
+LAYERS = "layers on GPUs"
+MOVES = "replicas moved"
+GPUS = "GPUs and workers used"
+
+Columns = Sequence[Sequence[tuple[Layout, Claims]]]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """The tier to maximise and the earlier tiers' values it keeps."""
+
+    tier: str
+    placed_floor: float = 0.0
+    layers_floor: float = 0.0
+    kept_floor: float = 0.0
+
+
+@dataclass(frozen=True)
+class Fleetwide:
+    """What the LP needs besides the columns."""
+
+    cluster: Cluster
+    deployments: Sequence[Deployment]
+    weights: Mapping[str, int]
+    groups: Sequence[Sequence[int]]
+    pins: Mapping[str, Mapping[Layout, int]] = field(default_factory=dict)
+    current: Mapping[str, Counter[Layout]] = field(default_factory=dict)
+    """Replicas per current layout, per deployment (only replicas the deployment still has)."""
+
+
+@dataclass(frozen=True)
+class LpSolution:
+    value: float
+    prices: tuple[Prices, ...]
+    """Per group of identical deployments (opening prices differ between groups)."""
+    constants: tuple[float, ...]
+    """Per deployment: a replica's value apart from its layout (tier weight, floors' multipliers)."""
+    replica_duals: tuple[float, ...]
+    kept_duals: tuple[Mapping[Layout, float], ...]
+    """Per deployment: the kept row's multiplier of each current layout."""
+    fixed: float
+    """The Lagrangian's part that does not depend on the columns."""
+
+    def column_value(self, fleet: Fleetwide, d: int, group: int, layout: Layout, claims: Claims) -> float:
+        """A replica of deployment ``d`` on this layout, under the multipliers."""
+        base = self.constants[d] + claim_value(fleet.cluster, self.prices[group], layout, claims)
+        return base + self.kept_duals[d].get(layout, 0.0)
+
+
+def exact_capacities(cluster: Cluster) -> dict[ResourceKey, float]:
+    return {key: n_bytes / MiB for key, n_bytes in capacity_bytes(cluster).items()}
+
+
+def _opened(claims: Claims) -> list[ResourceKey]:
+    """The GPUs and workers a layout uses at all."""
+    gpus: list[ResourceKey] = list(dict.fromkeys((d.worker, d.gpu_index) for d in claims.devices))
+    return [*gpus, *dict.fromkeys(claim.worker for claim in claims.workers)]
+
+
+class _Builder:
+    """One LP: rows as ``<=`` with their right-hand sides, and the non-column variables' terms."""
+
+    def __init__(self, fleet: Fleetwide, goal: Goal) -> None:
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        if solver is None:
+            raise SolverError("the GLOP linear solver is not available")
+        self.solver, self.fleet, self.goal = solver, fleet, goal
+        self.rows: dict[object, list[tuple[float, pywraplp.Variable]]] = {}
+        self.rhs: dict[object, float] = {}
+        self.extra: list[tuple[float, float, list[tuple[object, float]]]] = []
+        """Non-column variables: objective, upper bound, (row, coefficient) terms."""
+        self.objective: list[tuple[float, pywraplp.Variable]] = []
+
+    def term(self, row: object, coefficient: float, var: pywraplp.Variable) -> None:
+        self.rows.setdefault(row, []).append((coefficient, var))
+
+    def variable(self, upper: float, objective: float, terms: list[tuple[object, float]], name: str) -> None:
+        var = self.solver.NumVar(0.0, upper, name)
+        self.objective.append((objective, var))
+        for row, coefficient in terms:
+            self.term(row, coefficient, var)
+        self.extra.append((objective, upper, terms))
+
+    def columns(self, columns: Columns) -> list[pywraplp.Constraint | None]:
+        """The column variables, their terms, and each deployment's replica row."""
+        fleet, goal = self.fleet, self.goal
+        group_of = {d: g for g, members in enumerate(fleet.groups) for d in members}
+        replica_rows: list[pywraplp.Constraint | None] = []
+        for d, (deployment, options) in enumerate(zip(fleet.deployments, columns, strict=True)):
+            pinned = fleet.pins.get(deployment.name, {})
+            now = fleet.current.get(deployment.name, Counter())
+            weight = fleet.weights[deployment.name]
+            row = []
+            for c, (layout, claims) in enumerate(options):
+                low = float(min(pinned.get(layout, 0), deployment.replicas))
+                var = self.solver.NumVar(low, deployment.replicas, f"x_{d}_{c}")
+                row.append(var)
+                tier_value = weight if goal.tier == PLACED else layout.gpu_layers if goal.tier == LAYERS else 0
+                self.objective.append((float(tier_value), var))
+                for key, n_bytes in claim_bytes(fleet.cluster, claims):
+                    self.term(("capacity", key), n_bytes / MiB, var)
+                self.term("placed", -float(weight), var)
+                self.term("layers", -float(layout.gpu_layers), var)
+                if goal.tier == GPUS:
+                    for key in _opened(claims):
+                        self.term(("open", group_of[d], key), 1.0, var)
+                if now.get(layout, 0) and goal.tier in (MOVES, GPUS):
+                    kept = ("kept", d, layout)
+                    self.term(kept, -1.0, var)
+                    self.variable(
+                        min(now[layout], deployment.replicas),
+                        float(goal.tier == MOVES),
+                        [(kept, 1.0), ("kept floor", -1.0)],
+                        f"k_{d}_{c}",
+                    )
+            replica_rows.append(self.solver.Add(sum(row) <= deployment.replicas) if row else None)
+        return replica_rows
+
+    def right_hand_sides(self) -> None:
+        goal = self.goal
+        capacity = exact_capacities(self.fleet.cluster)
+        for row in self.rows:
+            if isinstance(row, tuple) and row[0] == "capacity":
+                self.rhs[row] = 0.0 if goal.tier == GPUS else capacity[row[1]]
+            elif isinstance(row, tuple) and row[0] in ("kept", "open", "gpu in worker"):
+                self.rhs[row] = 0.0
+        floors = []
+        if goal.tier != PLACED:
+            floors.append(("placed", goal.placed_floor))
+        if goal.tier in (MOVES, GPUS):
+            floors.append(("layers", goal.layers_floor))
+        if goal.tier == GPUS:
+            floors.append(("kept floor", goal.kept_floor))
+        for row, floor in floors:
+            if floor > 0 and row in self.rows:
+                self.rhs[row] = -floor
+
+    def opened(self) -> None:
+        """The GPUs tier's opened variables: one per GPU and worker some known column uses."""
+        cluster = self.fleet.cluster
+        capacity = exact_capacities(cluster)
+        replicas = [sum(self.fleet.deployments[d].replicas for d in members) for members in self.fleet.groups]
+        keys = dict.fromkeys(row[2] for row in self.rows if isinstance(row, tuple) and row[0] == "open")
+        for key in keys:
+            terms: list[tuple[object, float]] = [(("capacity", key), -capacity[key])]
+            terms += [(("open", g, key), -float(n)) for g, n in enumerate(replicas) if ("open", g, key) in self.rows]
+            if isinstance(key, tuple):
+                if key[0] in keys:  # every layout on a GPU runs a process on its worker
+                    terms.append((("gpu in worker", key), 1.0))
+                self.variable(1.0, -float(gpu_weight(cluster)), terms, f"open_{key}")
+            else:
+                terms += [(("gpu in worker", gpu), -1.0) for gpu in keys if isinstance(gpu, tuple) and gpu[0] == key]
+                self.variable(1.0, -1.0, terms, f"open_{key}")
+
+
+def solve_lp(fleet: Fleetwide, columns: Columns, goal: Goal) -> LpSolution:
+    """The LP relaxation of one tier over ``columns`` (pins as lower bounds), with its multipliers."""
+    builder = _Builder(fleet, goal)
+    replica_rows = builder.columns(columns)
+    if goal.tier == GPUS:
+        builder.opened()
+    builder.right_hand_sides()
+    solver = builder.solver
+    added = {
+        row: solver.Add(sum(c * var for c, var in builder.rows[row]) <= rhs)
+        for row, rhs in builder.rhs.items()
+        if builder.rows.get(row)
+    }
+    solver.Maximize(sum(c * var for c, var in builder.objective))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        raise SolverError(f"the LP relaxation of the fleet master ({goal.tier}) was not solved to optimality")
+    duals = {row: max(0.0, constraint.dual_value()) for row, constraint in added.items()}
+    return _solution(fleet, goal, builder, duals, solver.Objective().Value(), replica_rows)
+
+
+def _solution(
+    fleet: Fleetwide,
+    goal: Goal,
+    builder: _Builder,
+    duals: Mapping[object, float],
+    value: float,
+    replica_rows: Sequence[pywraplp.Constraint | None],
+) -> LpSolution:
+    def dual(row: object) -> float:
+        return duals.get(row, 0.0)
+
+    gpu = {
+        key[1]: v
+        for key, v in duals.items()
+        if isinstance(key, tuple) and key[0] == "capacity" and isinstance(key[1], tuple)
+    }
+    worker = {
+        key[1]: v
+        for key, v in duals.items()
+        if isinstance(key, tuple) and key[0] == "capacity" and isinstance(key[1], str)
+    }
+    layer_value = float(goal.tier == LAYERS) + dual("layers")
+    prices = []
+    for g in range(len(fleet.groups)):
+        opening = {key[2]: v for key, v in duals.items() if isinstance(key, tuple) and key[0] == "open" and key[1] == g}
+        prices.append(
+            Prices(
+                gpu=gpu,
+                worker=worker,
+                layer_value=layer_value,
+                gpu_open={k: v for k, v in opening.items() if isinstance(k, tuple)},
+                worker_open={k: v for k, v in opening.items() if isinstance(k, str)},
+            )
+        )
+    constants = tuple(fleet.weights[d.name] * (float(goal.tier == PLACED) + dual("placed")) for d in fleet.deployments)
+    kept = tuple(
+        {row[2]: v for row, v in duals.items() if isinstance(row, tuple) and row[0] == "kept" and row[1] == d}
+        for d in range(len(fleet.deployments))
+    )
+    fixed = sum(dual(row) * rhs for row, rhs in builder.rhs.items())
+    for objective, upper, terms in builder.extra:
+        reduced = objective - sum(dual(row) * coefficient for row, coefficient in terms)
+        fixed += upper * max(0.0, reduced)
+    return LpSolution(
+        value=value,
+        prices=tuple(prices),
+        constants=constants,
+        replica_duals=tuple(0.0 if row is None else max(0.0, row.dual_value()) for row in replica_rows),
+        kept_duals=kept,
+        fixed=fixed,
+    )
