@@ -41,6 +41,8 @@ __all__ = ["GPUS", "LAYERS", "MOVES", "PLACED", "Bound", "ColumnGeneration", "Go
 
 TOLERANCE = 1e-6
 """Reduced costs below this (relative to the deployment's value) count as zero."""
+RETRY_FACTOR = 4.0
+"""A round that adds no column prices the problems it cut short again with this much more time."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,15 @@ class ColumnGeneration:
                 return Priced(layouts=(), bound=ceiling, proven=True)
         return None
 
-    def _price_all(self, lp: LpSolution, time_limit_s: float, deadline: float) -> list[Priced]:
-        known = [self._known_best(group, lp.prices[g]) for g, group in enumerate(self.groups)]
+    def _price_all(
+        self, lp: LpSolution, time_limit_s: float, deadline: float, earlier: Sequence[Priced] = ()
+    ) -> list[Priced]:
+        """Every group's pricing problem; with ``earlier`` results of the same LP, only those not
+        proven are solved again."""
+        known = [
+            earlier[g] if earlier and earlier[g].proven else self._known_best(group, lp.prices[g])
+            for g, group in enumerate(self.groups)
+        ]
         tasks: list[PricingTask] = [
             (
                 self.cluster,
@@ -179,11 +188,23 @@ class ColumnGeneration:
             remaining = deadline - time.perf_counter()
             if remaining <= 0.05:
                 break
-            priced = self._price_all(lp, self._task_limit(budget), deadline)
+            limit = self._task_limit(budget)
+            priced = self._price_all(lp, limit, deadline)
             rounds += 1
+            new = self._add_columns(lp, priced)
+            while new == 0 and not all(result.proven for result in priced) and limit < self.config.pricing_time_limit_s:
+                if deadline - time.perf_counter() <= 0.05:
+                    break
+                # No column and some problems cut short: those again, with more time, while the
+                # deadline allows (the same LP, so the proven ones stand).
+                complete = complete and all(result.complete for result in priced)
+                best = min(best, self._round_bound(lp, priced))
+                limit = min(self.config.pricing_time_limit_s, limit * RETRY_FACTOR)
+                priced = self._price_all(lp, limit, deadline, priced)
+                rounds += 1
+                new = self._add_columns(lp, priced)
             complete = complete and all(result.complete for result in priced)
             best = min(best, self._round_bound(lp, priced))
-            new = self._add_columns(lp, priced)
             added_here += new
             if new == 0:
                 closed = all(result.proven for result in priced)

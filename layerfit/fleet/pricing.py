@@ -209,9 +209,10 @@ def price(
     trivial = prices.layer_value * instance.n_layers
     if status == cp_model.INFEASIBLE:
         return Priced(layouts=(), bound=float("-inf"), proven=True, complete=instance.scale.exact)
+    # Without a layout found in time CP-SAT's bound means nothing (it reads 0): the trivial one stands.
     bound = min(trivial, solver.best_objective_bound / grid) if status != cp_model.UNKNOWN else trivial
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Priced(layouts=(), bound=trivial, proven=False, complete=instance.scale.exact)
+        return Priced(layouts=(), bound=bound, proven=False, complete=instance.scale.exact)
     from layerfit.solver.decode import decode
 
     layout = decode(instance, built.variables, solver.value)
