@@ -4,7 +4,8 @@ The moves tier counts only replicas with a current placement: its LP maximises t
 among the plans placing at least the plan's weight and layers. The GPUs tier minimises
 ``GPUs * (workers + 1) + workers`` among the plans also moving at most the plan's replicas; its
 pricing charges each GPU and worker a layout opens. A tier whose column generation ran no
-pricing round, or whose LP failed, keeps the master's bound over the candidates: no bound over
+pricing round, or whose LP failed, keeps the master's bound over the candidates (so does one whose
+bound over all layouts says nothing, a lower bound of 0, where the master's does): no bound over
 all layouts is printed that pricing did not earn.
 """
 
@@ -39,6 +40,12 @@ def _earned(bound: Bound | None) -> bool:
     return bound is not None and (bound.closed or bound.rounds > 0)
 
 
+def _better(over_all: TierBound, candidates: TierBound) -> TierBound:
+    """The bound over all layouts, unless it says nothing (a minimised tier's 0) where the
+    master's own over the candidates does."""
+    return over_all if over_all.bound is not None or candidates.bound is None else candidates
+
+
 def _run(cg: ColumnGeneration, goal: Goal, deadline: Deadline, trivial: float, budget_s: float) -> Bound | None:
     try:
         return cg.run(goal, deadline.at, trivial, budget_s=budget_s)
@@ -64,7 +71,7 @@ def later_bounds(cg: ColumnGeneration, plan: FleetPlan, deadline: Deadline, budg
     if moves is not None and _earned(moves):
         # replicas kept at most the bound: moved at least the rest (an integer)
         fewest = math.ceil(moves_total - moves.value - TOLERANCE * max(1.0, moves_total))
-        found[0] = tier_bound(moves, moved, float(fewest), candidates_bound=found[0].bound)
+        found[0] = _better(tier_bound(moves, moved, float(fewest), candidates_bound=found[0].bound), found[0])
     if len(values) < 4:
         return found
     goal = Goal(GPUS, placed_floor=values[0], layers_floor=values[1], kept_floor=moves_total - moved)
@@ -72,7 +79,8 @@ def later_bounds(cg: ColumnGeneration, plan: FleetPlan, deadline: Deadline, budg
     if gpus is not None and _earned(gpus):
         # the LP bounds GPUs x (workers + 1) + workers from below: GPUs, with every worker used
         fewest_gpus = gpus_bound(-gpus.value, len(cg.cluster.workers))
-        found[1] = tier_bound(
+        over_all = tier_bound(
             gpus, found[1].value, float(fewest_gpus), candidates_bound=found[1].bound, moved_ceiling=moved
         )
+        found[1] = _better(over_all, found[1])
     return found
