@@ -22,6 +22,8 @@ from layerfit.fleet.colgen import TOLERANCE, Bound, ColumnGeneration, reached, t
 from layerfit.fleet.gaps import gpus_bound
 from layerfit.fleet.lp import GPUS, MOVES, Goal
 
+MIN_TIME_S = 0.1
+"""Column generation for a tier starts only with this much time left."""
 MOVES_SHARE = 0.4
 """Share of the time left that the moves tier's column generation may take (the GPUs tier: the rest)."""
 
@@ -47,6 +49,8 @@ def _better(over_all: TierBound, candidates: TierBound) -> TierBound:
 
 
 def _run(cg: ColumnGeneration, goal: Goal, deadline: Deadline, trivial: float, budget_s: float) -> Bound | None:
+    if deadline.remaining() <= MIN_TIME_S:  # no time to price: not even the LP is built
+        return None
     try:
         return cg.run(goal, deadline.at, trivial, budget_s=budget_s)
     except SolverError:
