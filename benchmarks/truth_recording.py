@@ -109,11 +109,22 @@ def configs(spec: ModelSpec) -> list[Config]:
     return chosen
 
 
+SCAN_SPLITS = {"jamba": "1,5", "granitehybrid": "7,2,4"}
+"""``-ts`` of a full offload with a device boundary between two recurrent blocks without attention
+(jamba's blocks 0 | 1, granitehybrid's 3 | 4, its middle device holding block 4 alone): both
+devices keep part of the scan (``MemoryProfile.scan_crossings``)."""
+
+
 def kind_configs(spec: ModelSpec) -> list[Config]:
-    """The ``KIND_SPLITS`` run of the model (``rpckinds``, recorded on its own with ``labels``)."""
-    split = KIND_SPLITS.get(spec.architecture)
+    """The ``KIND_SPLITS`` and ``SCAN_SPLITS`` runs of the model (``rpckinds``, ``rpcscan``;
+    recorded on their own with ``labels``)."""
     large = _LONG_CONTEXT.get(spec.architecture, 2048 if spec.encoder else 8192)
-    return [] if split is None else [Config("rpckinds", large, 99, split.count(",") + 1, ("-ts", split))]
+    chosen = []
+    for label, splits in (("rpckinds", KIND_SPLITS), ("rpcscan", SCAN_SPLITS)):
+        split = splits.get(spec.architecture)
+        if split is not None:
+            chosen.append(Config(label, large, 99, split.count(",") + 1, ("-ts", split)))
+    return chosen
 
 
 def _binary(build: Path, name: str) -> Path:

@@ -10,8 +10,8 @@ from layerfit.domain import DeviceAssignment, Layout, LlamaParams, MemoryProfile
 from layerfit.domain.profile import ComputeBuffer, DeviceRole, KindsCompute, RoleCosts
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_gguf
 from layerfit.estimators.arch_fixtures import write_arch_model
-from layerfit.estimators.layer_kinds import LayerKind, layer_kinds, range_unions
-from layerfit.memory import claims, device_compute_bytes, kinds_entry, range_kinds
+from layerfit.estimators.layer_kinds import LayerKind, layer_kinds, range_unions, scan_crossings
+from layerfit.memory import claims, device_compute_bytes, keeps_scan, kinds_entry, range_kinds
 
 MiB = 1024**2
 CPU = RuntimeCosts(backend="cpu", default_slots=1)
@@ -152,3 +152,27 @@ def test_a_split_that_turns_flash_attention_off_keeps_the_role_bound(tmp_path: P
     assert claims(profile, layout).devices[0].compute_bytes == claims(unbounded, layout).devices[0].compute_bytes
     shifted = layout.model_copy(update={"devices": (DeviceAssignment(worker="w", gpu_index=0, blocks=1),)})
     assert claims(profile, shifted).devices[0].compute_bytes < claims(unbounded, shifted).devices[0].compute_bytes
+
+
+def test_scan_crossings_are_boundaries_between_plain_recurrent_blocks() -> None:
+    recurrent, attention = int(K.RECURRENT | K.FEED_FORWARD), int(K.FULL_ATTENTION | K.FEED_FORWARD)
+    both = int(K.RECURRENT | K.FULL_ATTENTION)  # falcon-h1's parallel blocks
+    assert scan_crossings((recurrent, recurrent, attention, recurrent, recurrent, attention)) == (1, 4)
+    assert scan_crossings((both, both, both)) == ()
+
+
+def test_a_later_device_keeps_the_scan_only_at_a_recurrent_boundary(tmp_path: Path) -> None:
+    """granitehybrid (M M A M M A). Measured at -ts 7,2,4: the device holding block 4 alone (after
+    block 3, both Mamba-2) keeps the scan (66.83 MiB); at -ts 2,1,4 the last device, blocks 3-5
+    after an attention block, does not (104.55 MiB with the logits, the scan is 32.5 MiB)."""
+    profile, n_blocks = profile_of(tmp_path, "granitehybrid-q8_0", 8192)
+    assert profile.scan_crossings == (1, 4) and profile.scan_bytes > 0
+    assert keeps_scan(profile, 4, 5) is True and keeps_scan(profile, 3, 6) is False
+    assert keeps_scan(profile, 0, 4) is True  # its last block and the next device's first are recurrent
+    devices = tuple(DeviceAssignment(worker="w", gpu_index=i, blocks=b) for i, b in enumerate((2, 1, 3)))
+    layout = Layout(main_worker="w", n_blocks=n_blocks, devices=devices, output_offloaded=True)
+    unmodelled = profile.model_copy(update={"scan_crossings": tuple(range(1, n_blocks))})
+    ours, bound = claims(profile, layout).devices, claims(unmodelled, layout).devices
+    assert bound[2].compute_bytes - ours[2].compute_bytes == profile.scan_bytes
+    assert ours[0].compute_bytes == bound[0].compute_bytes  # the first device keeps the upper bound
+    assert abs(ours[2].compute_bytes / MiB - 104.55) < 0.1  # llama.cpp's buffer at -ts 2,1,4

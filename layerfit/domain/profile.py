@@ -113,6 +113,8 @@ class KindsCompute(Frozen):
     """Beyond ``device`` when the device holds the output layer (as ``output_compute_bytes``)."""
     first_device_bytes: Bytes = 0
     """Beyond ``device`` on the first device of a full offload over several devices."""
+    scan_bytes: Bytes = 0
+    """The recurrent scan within ``device.multi_device_bytes`` (as ``MemoryProfile.scan_bytes``)."""
 
 
 class MemoryProfile(Frozen):
@@ -172,6 +174,12 @@ class MemoryProfile(Frozen):
     see ``estimators.layer_kinds``); ``None``: compute does not depend on them."""
     kinds_compute: tuple[KindsCompute, ...] = ()
     """Compute figures of devices that hold only some layer kinds (``memory.kinds``)."""
+    scan_bytes: Bytes = 0
+    """A recurrent layer's scan within the multi-device compute figures: a device after the first
+    keeps it only at a boundary in ``scan_crossings`` (``memory.kinds.keeps_scan``)."""
+    scan_crossings: tuple[NonNegInt, ...] = ()
+    """Blocks ``b`` whose block ``b-1`` is recurrent too, neither attending: a device boundary
+    before ``b`` runs part of a scan on both devices, with its 4 pipeline copies."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
 

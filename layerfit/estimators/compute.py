@@ -119,6 +119,9 @@ class ComputeEstimate:
     op_offload: int
     """``-ngl 0`` in a GPU build: the first GPU's buffer besides the output weights it copies."""
     op_offload_host: int
+    scan: int = 0
+    """``R``, part of ``device.multi_device_bytes`` (the memory model keeps it only where a device
+    boundary falls between two recurrent blocks, ``MemoryProfile.scan_crossings``)."""
 
 
 def activations(
@@ -241,6 +244,7 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
         host_output=max(cpu_only - host_partial, 0),
         op_offload=act.logits + OUTPUT_STATES * e if gpu else 0,
         op_offload_host=HOST_STATES * e + m if gpu else 0,
+        scan=act.recurrent,
     )
 
 

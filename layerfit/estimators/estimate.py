@@ -30,7 +30,7 @@ from layerfit.estimators.compute import (
 )
 from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
 from layerfit.estimators.gguf_reader import MetaValue, read_header
-from layerfit.estimators.layer_kinds import kinds_compute
+from layerfit.estimators.layer_kinds import kinds_compute, layer_kinds, scan_crossings
 from layerfit.estimators.shape import ModelShape, read_gguf
 
 if TYPE_CHECKING:  # the estimate path does not load the deployment (and cluster) models
@@ -215,6 +215,8 @@ def estimate_profile(
             flash_attn_fallback=fallback,
             block_kinds=block_kinds,
             kinds_compute=by_kinds,
+            scan_bytes=compute.scan,
+            scan_crossings=scan_crossings(layer_kinds(shape)) if compute.scan else (),
             warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
         )
     except ValidationError as exc:  # sizes no real model has (a hostile or broken header)

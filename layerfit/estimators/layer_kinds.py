@@ -87,6 +87,17 @@ def blocks_within(shape: ModelShape, kinds: Sequence[int], union: int) -> ModelS
     )
 
 
+def scan_crossings(kinds: Sequence[int]) -> tuple[int, ...]:
+    """Blocks ``b`` where ``b-1`` and ``b`` are both recurrent without attention
+    (``MemoryProfile.scan_crossings``)."""
+    attends = LayerKind.FULL_ATTENTION | LayerKind.WINDOW_ATTENTION
+
+    def plain_recurrent(kind: int) -> bool:
+        return bool(kind & LayerKind.RECURRENT) and not kind & attends
+
+    return tuple(b for b in range(1, len(kinds)) if plain_recurrent(kinds[b - 1]) and plain_recurrent(kinds[b]))
+
+
 def kinds_compute(
     shape: ModelShape, estimate: Callable[[ModelShape], ComputeEstimate]
 ) -> tuple[tuple[int, ...] | None, tuple[KindsCompute, ...]]:
@@ -101,7 +112,11 @@ def kinds_compute(
         part = estimate(blocks_within(shape, kinds, union))
         entries.append(
             KindsCompute(
-                kinds=union, device=part.device, output_bytes=part.output, first_device_bytes=part.first_device
+                kinds=union,
+                device=part.device,
+                output_bytes=part.output,
+                first_device_bytes=part.first_device,
+                scan_bytes=part.scan,
             )
         )
     return kinds, tuple(entries)

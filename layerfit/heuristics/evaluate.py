@@ -24,7 +24,7 @@ from layerfit.domain.layout import Claims, DeviceAssignment, Layout
 from layerfit.domain.profile import DeviceRole, MemoryProfile
 from layerfit.heuristics.placement import Placement, layer_shape
 from layerfit.heuristics.views import GpuView
-from layerfit.memory import block_prefix_bytes, claims, device_overhead_bytes, is_partial, range_kinds
+from layerfit.memory import block_prefix_bytes, claims, device_overhead_bytes, is_partial, keeps_scan, range_kinds
 
 _ROLES = tuple(DeviceRole)
 
@@ -72,7 +72,9 @@ class Evaluator:
         self._needs: dict[tuple[object, ...], Need] = {}
         self._layer_bytes: dict[int, int] = {}
         self._overheads: dict[tuple[tuple[DeviceRole, ...], bool, bool], int] = {}
-        self._exact_overheads: dict[tuple[DeviceRole, bool, bool, bool, bool, bool, bool, int | None], int] = {}
+        self._exact_overheads: dict[
+            tuple[DeviceRole, bool, bool, bool, bool, bool, bool, int | None, bool | None], int
+        ] = {}
         self._prefix = block_prefix_bytes(profile)
 
     @property
@@ -137,6 +139,7 @@ class Evaluator:
                 first_device=position == 0,
                 host_blocks=shape.cpu_blocks,
                 kinds=range_kinds(self.profile, first, end),
+                keeps_scan=keeps_scan(self.profile, first, end),
             )
             if prefix[end] - prefix[first] + overhead > gpu.vram_bytes:
                 return True
@@ -154,10 +157,11 @@ class Evaluator:
         first_device: bool,
         host_blocks: int,
         kinds: int | None,
+        keeps_scan: bool | None,
     ) -> int:
         fallback = self.profile.flash_attn_fallback
         splits_fa_off = fallback is not None and partial and host_blocks in fallback.host_blocks
-        key = (role, partial, unified, holds_output, several, first_device, splits_fa_off, kinds)
+        key = (role, partial, unified, holds_output, several, first_device, splits_fa_off, kinds, keeps_scan)
         cached = self._exact_overheads.get(key)
         if cached is None:
             cached = device_overhead_bytes(
@@ -170,6 +174,7 @@ class Evaluator:
                 first_device=first_device,
                 host_blocks=host_blocks,
                 kinds=kinds,
+                keeps_scan=keeps_scan,
             )
             self._exact_overheads[key] = cached
         return cached
@@ -190,6 +195,7 @@ class Evaluator:
                     first_device=first,
                     host_blocks=0,  # no block on the host never turns flash attention off
                     kinds=kinds,
+                    keeps_scan=False,
                 )
                 for role in roles
                 for partial, multi, first in product((False, True), repeat=3)

@@ -22,7 +22,7 @@ llama.cpp semantics followed here:
   partial-offload compute buffers.
 """
 
-from layerfit.memory.kinds import kinds_entry, range_kinds
+from layerfit.memory.kinds import keeps_scan, kinds_entry, range_kinds
 from layerfit.memory.layout_claims import claims
 from layerfit.memory.pieces import (
     MainHostOverhead,
@@ -57,6 +57,7 @@ __all__ = [
     "host_expert_bytes",
     "host_prefix_bytes",
     "is_partial",
+    "keeps_scan",
     "kinds_entry",
     "layer_devices",
     "layout_from_flags",

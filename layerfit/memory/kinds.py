@@ -27,3 +27,13 @@ def kinds_entry(profile: MemoryProfile, kinds: int | None) -> KindsCompute | Non
     if kinds is None:
         return None
     return next((entry for entry in profile.kinds_compute if entry.kinds == kinds), None)
+
+
+def keeps_scan(profile: MemoryProfile, first: int, end: int) -> bool | None:
+    """Whether a device holding blocks ``first .. end-1`` of a multi-device full offload keeps a
+    recurrent scan: one of its boundaries falls between two recurrent blocks without attention
+    (measured: granitehybrid, mamba2, jamba; elsewhere llama.cpp's buffers hold none). ``None``:
+    not modelled (the profile has no scan, or no blocks)."""
+    if not profile.scan_bytes or end <= first:
+        return None
+    return first in profile.scan_crossings or end in profile.scan_crossings

@@ -8,7 +8,7 @@ from itertools import accumulate
 from layerfit.domain.layout import Claims, DeviceClaim, Layout, WorkerClaim
 from layerfit.domain.profile import DeviceRole, MemoryProfile
 from layerfit.errors import InputError
-from layerfit.memory.kinds import range_kinds
+from layerfit.memory.kinds import keeps_scan, range_kinds
 from layerfit.memory.pieces import (
     block_prefix_bytes,
     device_compute_bytes,
@@ -76,6 +76,7 @@ def claims(
                     first_device=position == 0,
                     host_blocks=layout.cpu_blocks,
                     kinds=range_kinds(profile, first, end),
+                    keeps_scan=keeps_scan(profile, first, end),
                 ),
                 fixed_bytes=costs.fixed_bytes,
                 extra_bytes=profile.extra_main_gpu_bytes if role is DeviceRole.MAIN else 0,

@@ -35,6 +35,7 @@ def device_compute_bytes(
     first_device: bool | None = None,
     host_blocks: int | None = None,
     kinds: int | None = None,
+    keeps_scan: bool | None = None,
 ) -> int:
     """Compute buffer of one device: its role's, the logits if it holds the output layer, and the
     input copies of the first device when a full offload spans several devices.
@@ -43,25 +44,29 @@ def device_compute_bytes(
     ``host_blocks`` (blocks kept on the host: some splits turn flash attention off, see
     ``FlashAttnFallback``) left at ``None`` mean the caller does not model them: the largest value
     they allow is returned. ``kinds`` (``kinds.range_kinds`` of the device's blocks; ``None``: not
-    modelled) lowers the figure to that of a device holding only those layer kinds.
+    modelled) lowers the figure to that of a device holding only those layer kinds;
+    ``keeps_scan=False`` (``kinds.keeps_scan``) takes the recurrent scan off a device after the first
+    of a multi-device full offload.
     """
     may_be_first = first_device if first_device is not None else role is not DeviceRole.MAIN
     pipeline_first = not partial and multi_device is not False and may_be_first
+    drops_scan = not partial and multi_device is True and first_device is False and keeps_scan is False
 
-    def buffer(device: ComputeBuffer, output: int, first: int) -> int:
+    def buffer(device: ComputeBuffer, output: int, first: int, scan: int) -> int:
         extras = (output if holds_output else 0) + (first if pipeline_first else 0)
-        return device.bytes_for(partial, multi_device) + extras
+        return device.bytes_for(partial, multi_device) + extras - (scan if drops_scan else 0)
 
     compute = buffer(
         profile.role_costs(role, unified_worker).compute,
         profile.output_compute_bytes,
         profile.first_device_compute_bytes,
+        profile.scan_bytes,
     )
     fallback = profile.flash_attn_fallback if partial else None
     # a split that turns flash attention off runs the host's last attention op on the device
     entry = kinds_entry(profile, kinds) if fallback is None or not fallback.applies(host_blocks) else None
     if entry is not None:
-        compute = min(compute, buffer(entry.device, entry.output_bytes, entry.first_device_bytes))
+        compute = min(compute, buffer(entry.device, entry.output_bytes, entry.first_device_bytes, entry.scan_bytes))
     if fallback is not None:
         compute += fallback.device_bytes(host_blocks, holds_output)
     return compute
@@ -78,11 +83,12 @@ def device_overhead_bytes(
     first_device: bool | None = None,
     host_blocks: int | None = None,
     kinds: int | None = None,
+    keeps_scan: bool | None = None,
 ) -> int:
     """Everything a device costs besides its blocks: fixed + compute + output layer + main extras.
 
-    ``multi_device``/``first_device``/``host_blocks``/``kinds`` as in ``device_compute_bytes``
-    (``None``: the upper bound).
+    ``multi_device``/``first_device``/``host_blocks``/``kinds``/``keeps_scan`` as in
+    ``device_compute_bytes`` (``None``: the upper bound).
     """
     costs = profile.role_costs(role, unified_worker)
     overhead = costs.fixed_bytes + device_compute_bytes(
@@ -95,6 +101,7 @@ def device_overhead_bytes(
         first_device=first_device,
         host_blocks=host_blocks,
         kinds=kinds,
+        keeps_scan=keeps_scan,
     )
     if holds_output:
         overhead += profile.output_weight_bytes
