@@ -30,6 +30,7 @@ from pathlib import Path
 
 from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
 from layerfit.estimators.arch_fixtures_recurrent import hybrid_splits
+from layerfit.estimators.arch_fixtures_variants import VARIANT_CONTEXTS, VARIANT_UBATCH
 from layerfit.estimators.llamacpp_log import parse_breakdown
 from layerfit.estimators.synthetic import ModelSpec
 
@@ -92,6 +93,7 @@ the others no attention (compute by the kinds a device holds, ``estimators.layer
 def configs(spec: ModelSpec) -> list[Config]:
     small, large = (512, 2048) if spec.encoder else (2048, 8192)
     large = _LONG_CONTEXT.get(spec.architecture, large)
+    small, large = VARIANT_CONTEXTS.get(spec.name, (small, large))
     full, half = 99, spec.block_count // 2 + 1  # -ngl counts the output layer: output + half the blocks
     chosen = [
         Config("cpu", small, 0, 0),
@@ -106,6 +108,12 @@ def configs(spec: ModelSpec) -> list[Config]:
         chosen.append(Config("rpc1np2", large, full, 1, ("-np", "2")))
         chosen.append(Config("cpunp2", large, 0, 0, ("-np", "2")))
     chosen += [Config("rpc1split", ctx, ngl, 1) for ngl in hybrid_splits(spec) for ctx in (small, large)]
+    if spec.name in VARIANT_CONTEXTS and spec.encoder:  # an encoder's micro-batch is its context
+        chosen.append(Config("rpc2", small, full, 2, ("-ts", "1,1")))
+    elif spec.name in VARIANT_CONTEXTS:  # out-of-sample variants: another micro-batch
+        ub = ("-ub", str(VARIANT_UBATCH))
+        chosen += [Config("cpuub", large, 0, 0, ub), Config("rpc1halfub", large, half, 1, ub)]
+        chosen.append(Config("rpc2ub", large, full, 2, ("-ts", "1,1", *ub)))
     return chosen
 
 

@@ -154,6 +154,9 @@ class MemoryProfile(Frozen):
     """Extras on the main GPU (a multimodal projector, ``--mmproj``)."""
     output_compute_bytes: Bytes = 0
     """Compute the device holding the output layer needs beyond its role's (the logits)."""
+    output_compute: ComputeBuffer | None = None
+    """The same per offload state, each at most ``output_compute_bytes`` (a device's logits peak need
+    not sit on top of its largest buffer: gemma3n); ``None``: ``output_compute_bytes`` in every state."""
     first_device_compute_bytes: Bytes = 0
     """Extra compute on the first device when a full offload spans several devices (input copies)."""
     host_output_weight_bytes: Bytes | None = None

@@ -20,6 +20,7 @@ from gguf import Keys
 
 from layerfit.estimators import arch_fixtures_decoders
 from layerfit.estimators.arch_fixtures_recurrent import RECURRENT_MODELS, RECURRENT_TABLES
+from layerfit.estimators.arch_fixtures_variants import variant_models
 from layerfit.estimators.arch_spec import MAMBA2, NORM_EPS, arch_spec
 from layerfit.estimators.synthetic import F32, DataMode, ModelSpec, Q, TensorSpec, tensor_table, write_gguf
 
@@ -142,6 +143,7 @@ ARCH_MODELS: dict[str, ModelSpec] = {
         ),
     )
 } | RECURRENT_MODELS | arch_fixtures_decoders.MODELS
+ARCH_MODELS |= variant_models(ARCH_MODELS)
 """One small model per modelled architecture, keyed by file name (architecture and weight type; the
 phi3 model is not named "phi3", a name llama.cpp's vocabulary loader keys special tokens on)."""
 

@@ -16,7 +16,8 @@ Per device, with ``layer = m + M + max(6E + F3, 4E + A + QO)``:
 * the device holding the output layer: ``L + 4E + m + M`` (one device), ``L + 5E + 4m + M``
   (pipeline parallelism over several devices, which keeps 4 copies of the inputs), ``L + 4E``
   with layers left on the host (``L + E`` on the CPU backend; the estimate adds ``m`` to both);
-  ``M`` only on CUDA (the CPU backend frees the experts' activations before the logits);
+  ``M`` only on CUDA and beside recurrent layers (the CPU backend frees the experts' activations
+  before the logits, except at some of jamba's splits);
 * other devices: ``layer`` plus ``E + 3m`` when several devices share a full offload, and
   ``9E`` more on the first of them (it receives the token embeddings);
 * the host: ``4E + m`` (one device), ``10E + 4m`` (several); with layers on the host a GPU build
@@ -24,8 +25,10 @@ Per device, with ``layer = m + M + max(6E + F3, 4E + A + QO)``:
   (``m + M + max(7E + F3, 4E + A)``), and a CPU-only run computes the logits too;
 * recurrent (Mamba-2) layers: their scan ``R`` is added on every device of a multi-device split
   and bounds a CPU host's buffer from below;
-* gemma3n's per-layer inputs ``P`` (all blocks' slices for the micro-batch): ``P`` on the host,
-  ``2P`` on a CPU host computing blocks, ``8P`` on each device of a multi-device split.
+* gemma3n's per-layer inputs ``P`` (all blocks' slices for the micro-batch): ``P`` on the host
+  and on a device running later blocks of a partial offload, ``3P`` where block 0 runs (the
+  device of a full offload, a CPU host computing blocks), ``8P`` on each device of a multi-device
+  split; its logits term is charged per offload state (``output_by_state``).
 """
 
 from __future__ import annotations
@@ -64,9 +67,15 @@ HOST_STATES = 4
 HOST_PIPELINE_STATES = 10
 CPU_ONLY_OUTPUT_STATES = 5
 """A CPU-only run computing the logits."""
+PER_LAYER_PROJECTION_COPIES = 3
+"""gemma3n's per-layer inputs ``P`` alive where block 0 runs (the looked-up per-layer inputs, the
+projection of the embeddings onto every block's slice and their sum): a CPU host computing blocks
+and the device of a one-device full offload (24 and 30 blocks, widths 512 and 768, ub 256 and 512:
+``arch_fixtures_variants``; the variant's CPU host was 9 MiB under with 2P, its device 27 MiB
+under without the term)."""
 PIPELINE_PER_LAYER_COPIES = 8
-"""gemma3n's per-layer inputs ``P`` on each device of a multi-device split (the host keeps ``P``, and
-``2P`` when it computes blocks): fitted to the 9 gemma3n runs, one model (``arch_fixtures_decoders``)."""
+"""The same on each device of a multi-device split (fitted to the 24-block model; the 30-block
+variant's devices are within 10 % of it, the second one under by 22 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -102,9 +111,8 @@ class Encoder:
     """``F``: gate, up and product (gated), or the up projection alone (GELU feed-forward)."""
     rope: bool
     positions: bool
-    expert_extra: int = 0
-    """Routed experts' ``F`` beyond the dense one: charged again on the first device of a split
-    (fitted to one nomic-bert-moe run, where it bounds llama.cpp's buffer within 8 MiB from above)."""
+    experts: bool = False
+    """Routed experts (``F`` is theirs): the first device of a split holds ``2E`` more."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,10 @@ class ComputeEstimate:
     scan: int = 0
     """``R``, part of ``device.multi_device_bytes`` (the memory model keeps it only where a device
     boundary falls between two recurrent blocks, ``MemoryProfile.scan_crossings``)."""
+    output_by_state: ComputeBuffer | None = None
+    """``output`` per offload state where they differ enough to matter (gemma3n, whose per-layer
+    projection makes the full offload's buffer peak at its blocks, not at the logits); ``None``:
+    ``output`` in every state."""
 
 
 def activations(
@@ -159,7 +171,7 @@ def _encoder(shape: ModelShape, ub: int) -> Encoder:
     experts = shape.expert_used_count * expert_width if shape.is_moe else 0
     return Encoder(
         ffn=max(dense, experts) * ub * F32,
-        expert_extra=max(experts - dense, 0) * ub * F32,
+        experts=experts > dense,
         rope=not shape.position_embeddings,
         positions=shape.position_embeddings,
     )
@@ -213,28 +225,38 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
         return encoder_buffers(act, act.encoder)
     e, m, moe, p = act.embd, act.mask, act.moe, act.per_layer
     gpu = backend == "cuda"
+    projection = PER_LAYER_PROJECTION_COPIES * p
     extra_masks = (PIPELINE_COPIES - 1) * m + PIPELINE_PER_LAYER_COPIES * p
 
     def layer(states: int) -> int:
         return m + moe + max(states * e + act.ffn, 4 * e + act.attention)
 
-    layer_full = layer(LAYER_STATES)
     # split graphs keep a recurrent layer's scan alive beside everything else on the device
-    layer_multi = layer_full + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
-    layer_partial = layer(LAYER_STATES if gpu else CPU_PARTIAL_LAYER_STATES)
-    # CUDA keeps the routed experts' activations alive up to the logits; the CPU backend does not
-    output_moe = moe if gpu else 0
+    layer_multi = layer(LAYER_STATES) + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
+    # gemma3n: block 0's device projects the per-layer inputs (3P), a later block's device keeps P
+    layer_full = layer(LAYER_STATES) + projection
+    layer_partial = layer(LAYER_STATES if gpu else CPU_PARTIAL_LAYER_STATES) + p
+    # CUDA keeps the routed experts' activations alive up to the logits; the CPU backend frees them
+    # first, except beside recurrent layers (jamba at -ngl 4: +12 MiB, the experts' M, measured by
+    # doubling their width), where they are charged as an upper bound
+    output_moe = moe if gpu or act.recurrent else 0
     output_full = act.logits + OUTPUT_STATES * e + m + output_moe
     output_multi = output_full + PIPELINE_EXTRA_STATES * e + extra_masks + act.recurrent
     output_partial = act.logits + (OUTPUT_STATES if gpu else CPU_PARTIAL_OUTPUT_STATES) * e + m + output_moe
     # a GPU build offloads the host's large operations; a CPU build runs its blocks itself
-    host_partial = HOST_STATES * e + m + p if gpu else max(layer(CPU_HOST_LAYER_STATES), m + act.recurrent) + 2 * p
-    cpu_only = max(layer(CPU_HOST_LAYER_STATES), m + act.logits + CPU_ONLY_OUTPUT_STATES * e)
+    host_partial = HOST_STATES * e + m + p if gpu else max(layer(CPU_HOST_LAYER_STATES), m + act.recurrent) + projection
+    cpu_only = max(layer(CPU_HOST_LAYER_STATES) + projection, m + act.logits + CPU_ONLY_OUTPUT_STATES * e)
+    outputs = ComputeBuffer(
+        full_offload_bytes=max(output_full - layer_full, 0),
+        partial_offload_bytes=max(output_partial - layer_partial, 0),
+        multi_device_bytes=max(output_multi - layer_multi, 0),
+    )
     return ComputeEstimate(
         device=ComputeBuffer(
             full_offload_bytes=layer_full, partial_offload_bytes=layer_partial, multi_device_bytes=layer_multi
         ),
-        output=max(output_full - layer_full, output_multi - layer_multi, output_partial - layer_partial, 0),
+        output=max(outputs.full_offload_bytes, outputs.partial_offload_bytes, outputs.multi_device_bytes or 0),
+        output_by_state=outputs if p else None,
         first_device=FIRST_DEVICE_STATES * e,
         host=ComputeBuffer(
             full_offload_bytes=HOST_STATES * e + m + p,
@@ -253,7 +275,8 @@ def encoder_buffers(act: Activations, encoder: Encoder) -> ComputeEstimate:
 
     Fitted to bert (GELU feed-forward, learned positions) and nomic-bert (gated, rope) at two
     contexts: one device ``m + F + 9q`` (``+ 8q`` with rope at full offload), each device of a
-    split ``F + 8E + 3m`` (the first, which holds more blocks, ``F - E`` more), the
+    split ``F + 7E + 4m`` (measured at ub 1024-4096 and widths 512-1024; the 4 pipeline copies of
+    the ``ub x ub`` mask) and the first of them ``F`` more (``F + 2E`` with routed experts), the
     host ``m + 17q`` (``+ 4q`` with learned positions) at full offload, ``11E + 4m`` (``+ E``)
     beside a split and ``m + F + 21q`` when it computes blocks.
     """
@@ -263,10 +286,10 @@ def encoder_buffers(act: Activations, encoder: Encoder) -> ComputeEstimate:
         device=ComputeBuffer(
             full_offload_bytes=m + f + 9 * q + (8 * q if encoder.rope else 0),
             partial_offload_bytes=m + f + 9 * q,
-            multi_device_bytes=f + 8 * e + 3 * m,
+            multi_device_bytes=f + 7 * e + PIPELINE_COPIES * m,
         ),
         output=0,
-        first_device=max(f - e, 0) + encoder.expert_extra,
+        first_device=f + (2 * e if encoder.experts else 0),
         host=ComputeBuffer(
             full_offload_bytes=m + 17 * q + positions,
             partial_offload_bytes=m + f + 21 * q,

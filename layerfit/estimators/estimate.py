@@ -208,6 +208,7 @@ def estimate_profile(
             rpc_host_fixed_bytes=runtime.rpc_host_fixed,
             extra_main_gpu_bytes=projector_bytes,
             output_compute_bytes=compute.output,
+            output_compute=compute.output_by_state,
             first_device_compute_bytes=compute.first_device,
             host_output_compute_bytes=compute.host_output,
             op_offload_compute_bytes=compute.op_offload + shape.output_layer_bytes if compute.op_offload else 0,

@@ -21,7 +21,7 @@ from layerfit.estimators.estimate import (
     resolve_settings,
 )
 from layerfit.estimators.shape import ModelShape
-from layerfit.memory import claims, make_layout
+from layerfit.memory import claims, layout_from_flags, make_layout
 
 _GPU = "gpu"
 _HOST = "host"
@@ -63,6 +63,8 @@ class AssumedParameters(Frozen):
     mmap: bool
     embedding: bool
     """Embedding or reranking: no logits, a whole input per micro-batch."""
+    n_gpu_layers: NonNegInt | None = None
+    """``-ngl`` as given (``None``: not given; the estimate then shows full offload and CPU only)."""
     defaults: tuple[str, ...]
     """Fields above the user did not give, filled with the defaults."""
 
@@ -94,6 +96,7 @@ def assumed_parameters(shape: ModelShape, params: LlamaParams, settings: Setting
         ubatch_size=settings.n_ubatch,
         mmap=params.mmap,
         embedding=settings.embedding,
+        n_gpu_layers=params.n_gpu_layers,
         defaults=tuple(name for name, was_given in given.items() if not was_given),
     )
 
@@ -110,7 +113,14 @@ class Estimate(Frozen):
     full_offload: Claims
     """Every layer on one GPU (``gpu:0`` of a worker named ``gpu``): its VRAM and the host RAM."""
     cpu_only: Claims
-    """Nothing offloaded: the host RAM of a CPU-only run."""
+    """Nothing offloaded and no GPU in use: a CPU build, or ``-ngl 0 --device none`` (what layerfit's
+    own commands pass for a layout without GPU layers)."""
+    op_offload: Claims | None = None
+    """``-ngl 0`` in a GPU build that sees a GPU (no ``--device none``): llama.cpp still runs the host's
+    large operations on its first GPU (``gpu:0``), which holds a copy of the output layer, their
+    compute buffer and the per-process runtime. ``None`` when the runtime costs are a CPU build's."""
+    requested: Claims | None = None
+    """The given ``-ngl N`` (N > 0) on one GPU, split as llama.cpp splits it; ``None`` without one."""
 
 
 def estimate_report(
@@ -124,6 +134,8 @@ def estimate_report(
     settings, _ = resolve_settings(shape, params, kind, runtime)
     profile = estimate_profile(shape, params, kind=kind, runtime=runtime)
     n = profile.n_blocks
+    ngl = params.n_gpu_layers
+    op_offload = claims(profile, Layout(main_worker=_GPU, n_blocks=n), op_offload_gpu=(_GPU, 0))
     return Estimate(
         path=shape.path,
         name=shape.name,
@@ -132,6 +144,8 @@ def estimate_report(
         profile=profile,
         full_offload=claims(profile, make_layout(_GPU, n, [DeviceAssignment(worker=_GPU, gpu_index=0, blocks=n)])),
         cpu_only=claims(profile, Layout(main_worker=_HOST, n_blocks=n)),
+        op_offload=op_offload if op_offload.devices else None,
+        requested=claims(profile, layout_from_flags(_GPU, [(_GPU, 0)], n, ngl)) if ngl else None,
     )
 
 
@@ -172,7 +186,6 @@ def estimate_table(shape: ModelShape, report: Estimate) -> str:
     profile = report.profile
     n = profile.n_blocks
     full, cpu = report.full_offload, report.cpu_only
-    gpu = full.devices[0]
     lines = [
         f"{shape.name or shape.path} ({shape.architecture}): {n} blocks, {format_bytes(shape.tensor_bytes)} of weights"
         f" in {len(shape.files)} file{'s' if len(shape.files) > 1 else ''}",
@@ -189,19 +202,44 @@ def estimate_table(shape: ModelShape, report: Estimate) -> str:
     )
     lines.append(_row("embedding", format_bytes(profile.token_embedding_bytes), "-", "host RAM"))
     per_layer = [w + kv for w, kv in zip(profile.block_weight_bytes, profile.block_kv_bytes, strict=True)]
-    lines += [
-        "",
-        "full offload, one GPU:",
+    lines += ["", *_gpu_lines("full offload, one GPU:", full)]
+    lines.append(f"CPU only: RAM {format_bytes(cpu.workers[0].ram_bytes)} (a CPU build, or -ngl 0 --device none)")
+    if report.op_offload is not None:
+        lines += _op_offload_lines(report.op_offload, given=report.parameters.n_gpu_layers == 0)
+    if report.requested is not None:
+        lines += _gpu_lines(f"-ngl {report.parameters.n_gpu_layers} on one GPU:", report.requested)
+    lines.append(
+        f"per layer on a GPU: {format_bytes(min(per_layer))} to {format_bytes(max(per_layer))}"
+        f" (mean {format_bytes(sum(per_layer) // n)})"
+    )
+    if profile.warnings:
+        lines += ["", "warnings:", *(f"  - {warning}" for warning in profile.warnings)]
+    return "\n".join(lines)
+
+
+def _gpu_lines(title: str, claimed: Claims) -> list[str]:
+    """A layout on one GPU: its VRAM by part and the host RAM."""
+    gpu = claimed.devices[0]
+    return [
+        title,
         f"  VRAM {format_bytes(gpu.total_bytes)} = weights {format_bytes(gpu.weight_bytes)}"
         f" + output {format_bytes(gpu.output_bytes)} + KV {format_bytes(gpu.kv_bytes)}"
         f" + compute {format_bytes(gpu.compute_bytes)}"
         f" + runtime {format_bytes(gpu.fixed_bytes)}"
         + (f" + extras {format_bytes(gpu.extra_bytes)}" if gpu.extra_bytes else ""),
-        f"  host RAM {format_bytes(full.workers[0].ram_bytes)}",
-        f"CPU only: RAM {format_bytes(cpu.workers[0].ram_bytes)}",
-        f"per layer on a GPU: {format_bytes(min(per_layer))} to {format_bytes(max(per_layer))}"
-        f" (mean {format_bytes(sum(per_layer) // n)})",
+        f"  host RAM {format_bytes(claimed.workers[0].ram_bytes)}",
     ]
-    if profile.warnings:
-        lines += ["", "warnings:", *(f"  - {warning}" for warning in profile.warnings)]
-    return "\n".join(lines)
+
+
+def _op_offload_lines(claimed: Claims, *, given: bool) -> list[str]:
+    """``-ngl 0`` in a GPU build without ``--device none``: the first GPU still computes (op offload)."""
+    gpu = claimed.devices[0]
+    return [
+        "-ngl 0 in a GPU build without --device none"
+        + (" (as given)" if given else "")
+        + ": llama.cpp still computes the host's large operations on its first GPU",
+        f"  VRAM {format_bytes(gpu.total_bytes)} = compute with a copy of the output layer"
+        f" {format_bytes(gpu.compute_bytes)} + runtime {format_bytes(gpu.fixed_bytes)}"
+        + (f" + extras {format_bytes(gpu.extra_bytes)}" if gpu.extra_bytes else ""),
+        f"  host RAM {format_bytes(claimed.workers[0].ram_bytes)}; add --device none to leave the GPU idle",
+    ]

@@ -56,9 +56,10 @@ def device_compute_bytes(
         extras = (output if holds_output else 0) + (first if pipeline_first else 0)
         return device.bytes_for(partial, multi_device) + extras - (scan if drops_scan else 0)
 
+    per_state = profile.output_compute
     compute = buffer(
         profile.role_costs(role, unified_worker).compute,
-        profile.output_compute_bytes,
+        profile.output_compute_bytes if per_state is None else per_state.bytes_for(partial, multi_device),
         profile.first_device_compute_bytes,
         profile.scan_bytes,
     )
