@@ -193,16 +193,18 @@ def _member_candidates(
     shared: _Shared, member: Member, limit: int, until: float | None = None
 ) -> tuple[CandidateSet, bool]:
     """The member's candidates, and whether they were cut short: past ``until`` (``time.time()``,
-    comparable across processes) its current layouts and single-GPU ones (cheap) are kept, and
-    more (multi-GPU per worker, then the planner's) are looked for only while it has fewer than
-    its replicas, so that a deployment that fits somewhere keeps a candidate for each replica."""
+    comparable across processes) a deployment that fits on one GPU keeps its current layouts and
+    single-GPU ones (cheap), and more (multi-GPU per worker, then the planner's) are looked for
+    only while it has fewer than its replicas; one that needs several GPUs gets all its multi-GPU
+    layouts."""
     current, offset, replicas = member
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
     found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
     fits_one_worker = bool(shared.fitting[0])
     cut = False
     for worker in _stratified(shared.hosts, limit, offset):
-        if until is not None and time.time() >= until and len(found) >= replicas and not shared.has_host(worker):
+        past = until is not None and time.time() >= until
+        if past and shared.fitting[0] and len(found) >= replicas and not shared.has_host(worker):
             cut = True
             continue
         multi = shared.on_host(worker)
