@@ -391,6 +391,21 @@ def test_alternatives_are_distinct_equally_good_and_ordered() -> None:
     assert_valid(THREE_WORKERS, deployment(), result, config)
 
 
+@pytest.mark.parametrize(("vram", "skipped"), [((800, 800), True), ((800, 800, 900), False)])
+def test_no_re_solve_when_the_only_main_worker_has_no_other_gpu_set(vram: tuple[int, ...], skipped: bool) -> None:
+    # The model needs two GPUs: with two, their set is the only one; a third makes another.
+    where = cluster(worker("a", *vram))
+    config = CONFIG.model_copy(update={"alternatives": 3, "policy": Policy.BINPACK})
+    dep = deployment()
+    result = run(where, dep, config)
+    assert dep.profile is not None
+    full = solve(where, dep, dep.profile, config, shortcuts=False)
+    assert result.tiers is not None and result.tiers.gpus == 2
+    assert ("no-other-gpu-set" in str(result.stats.details["shortcuts"])) is skipped
+    assert len(result.alternatives) == len(full.alternatives) == (0 if skipped else 1)
+    assert_valid(where, dep, result, config)
+
+
 def test_no_alternatives_when_not_asked() -> None:
     assert run(THREE_WORKERS, deployment()).alternatives == ()
 

@@ -445,3 +445,24 @@ def test_twin_swap_alternatives_agree_with_the_full_solve(
     tolerance = (len(fast.best.layout.devices) + 1) * tie_unit_mib
     for ours, theirs in zip(fast.alternatives, full.alternatives, strict=False):
         assert ours.score >= theirs.score - tolerance
+
+
+@SLOW
+@given(data=st.data())
+def test_no_other_gpu_set_agrees_with_the_full_solve(data: st.DataObject) -> None:
+    """When the model has one main worker and no GPU beyond the best layout's, the re-solves find
+    no alternative either."""
+    profile = data.draw(profiles(max_blocks=12, unit=16 * MiB))
+    where = data.draw(clusters(max_gpus=6, max_workers=2, top=1200, unit=16 * MiB))
+    dep = data.draw(deployments(where, profile, with_split=False))
+    config = data.draw(configs()).model_copy(update={"alternatives": data.draw(st.integers(1, 3))})
+    plan = heuristics.plan(where, dep, config, profile)
+    fast = solve(where, dep, profile, config, hint=plan.layout)
+    skipped = "no-other-gpu-set" in str(fast.stats.details["shortcuts"]).split(",")
+    event(f"no other GPU set: {skipped}")
+    if not skipped:
+        return
+    full = solve(where, dep, profile, config, hint=plan.layout, shortcuts=False)
+    assert_valid(where, dep, profile, config, fast)
+    assert full.alternatives == ()
+    assert "alternative" not in str(fast.stats.details["steps"])

@@ -36,6 +36,12 @@ from layerfit.solver.variables import IntVar, Variables
 
 TWIN_SWAP = "twin-swap"
 """Shortcut name: alternatives found by trading a worker for an identical unused one."""
+NO_OTHER_GPU_SET = "no-other-gpu-set"
+"""Shortcut name: the model has one main worker and no more GPUs than the layout uses, so the
+best layout's GPU set is the only one: no re-solve can find an alternative."""
+MIN_ALTERNATIVES_TIME_S = 0.5
+"""The re-solves together may take as long as the solve took before them, at least this (within
+the limit); past it the set is cut (``truncated``)."""
 
 
 def alternatives(
@@ -90,14 +96,19 @@ def alternatives_after(
             trace.shortcuts.append(f"{TWIN_SWAP}:{len(found)}")
         for candidate in found:
             exclude(built.model, built.instance, built.variables, candidate.layout)
+    if len(found) < config.alternatives and shortcuts and only_gpu_set(built, best):
+        trace.shortcuts.append(NO_OTHER_GPU_SET)
+        return tuple(found)
     uses_gpus = bool(best.devices)
     measure = tie_break_measure(stage_name(built.instance, "alternative"), built.instance, uses_gpus=uses_gpus)
+    budget_end = clock.elapsed() + max(MIN_ALTERNATIVES_TIME_S, clock.elapsed())
     while len(found) < config.alternatives:
-        if clock.remaining() <= 0:
+        time_left = min(clock.remaining(), budget_end - clock.elapsed())
+        if time_left <= 0:
             trace.truncated = "alternatives"
             break
         built.model.proto.clear_solution_hint()
-        result = trace.record("alternative", run(built, config, clock.remaining(), measure))
+        result = trace.record("alternative", run(built, config, time_left, measure))
         if not result.proven:
             trace.truncated = "alternatives"  # the time limit cut this solve: the set may differ next time
         if not result.found:
@@ -106,6 +117,15 @@ def alternatives_after(
         found.append(checked_candidate(cluster, deployment, profile, config, layout))
         exclude(built.model, built.instance, built.variables, layout)
     return tuple(found)
+
+
+def only_gpu_set(built: BuiltModel, best: Layout) -> bool:
+    """Whether ``best``'s main worker and GPU set are the only ones the model can choose: it has one
+    candidate main worker and, over the classes its slots can hold, no more GPUs than ``best``
+    uses (every layout as good on the strict tiers has as many devices, so it uses them all)."""
+    classes = {c for slot in built.variables.slots for c in slot.assign}
+    gpus = sum(built.instance.classes[c].count for c in classes)
+    return len(built.variables.main) == 1 and gpus <= len(best.devices)
 
 
 def twin_alternatives(
