@@ -12,8 +12,9 @@ The strict tiers (layers, workers, GPUs) are decided first, then the tie-break:
    ``t`` (and ``k``) was proven impossible.
 2. **General model.** When no worker count reaches the ceiling (partial offload, CPU only), the
    full model maximises the weighted strict tiers from the heuristic's layout as a complete hint.
-3. **Tie-break.** A model restricted to the optimal GPU count and to the candidates of step 1 or
-   2 (before dominance pruning), with the strict tiers fixed, minimises the policy's tie-break.
+3. **Tie-break** (``tie_break_stage``). A model restricted to the optimal GPU count and to the
+   candidates of step 1 or 2 (before dominance pruning), with the strict tiers fixed, minimises
+   the policy's tie-break.
 4. **Alternatives** on that model (``alternatives``).
 
 Every decoded layout is checked again in bytes with ``layerfit.check``; a violation is a bug and
@@ -24,7 +25,6 @@ as no time limit is hit.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
@@ -60,15 +60,14 @@ from layerfit.solver.proofs import (
 )
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import hint_decisions, hint_layout, run
+from layerfit.solver.runner import hint_layout, run
+from layerfit.solver.tie_break_stage import tie_break_stage
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, kept_incumbent, not_run, solve_result, stage_name
 
 CEILING_SEARCH = "ceiling-search"
 """Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
 HINT_TIME_FRACTION = 0.1
 """Share of the remaining time a hint completion may use."""
-MIN_TIE_BREAK_TIME_S = 1.0
-"""The tie-break may take as long as the strict tiers took, at least this (within the limit)."""
 
 
 def solve(
@@ -316,7 +315,7 @@ def _multi_worker_search(
     narrow = candidates.restricted(
         rpc_slots=candidates.rpc_slots, local_slots=candidates.local_slots, mains=mains, rpc_workers=rpc
     )
-    return _tie_break_stage(narrow, outcome, config, clock, trace)
+    return tie_break_stage(narrow, outcome, config, clock, trace)
 
 
 def _general_search(
@@ -364,41 +363,7 @@ def _general_search(
         bound=first.bound,
         ranks_tie_break=False,
     )
-    return _tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
-
-
-def _tie_break_stage(
-    candidates: Instance, outcome: SearchOutcome, config: PlannerConfig, clock: Clock, trace: Trace
-) -> SearchOutcome:
-    """Step 3: with the strict tiers fixed, the tie-break over ``candidates`` (not dominance-pruned)
-    restricted to the optimal GPU count (and, on one worker, to the workers whose ``gpus`` largest
-    GPUs can hold the layers by the ordered-devices bound)."""
-    gpus = outcome.gpus
-    mains = None
-    if outcome.workers == 1 and gpus > 0:
-        mains = frozenset(
-            w
-            for w, view in enumerate(candidates.workers)
-            if view.main_ok
-            and single_worker_layers(candidates, w, gpus) >= outcome.layers
-            and single_worker_ordered_layers(candidates, w, gpus, outcome.layers) >= outcome.layers
-        )
-    narrow = build_model(
-        candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus, mains=mains)
-    )
-    fixed = strict_tiers(narrow.instance, narrow.variables)
-    for expression, value in ((fixed.layers, outcome.layers), (fixed.workers, outcome.workers), (fixed.gpus, gpus)):
-        narrow.model.add(expression == value)
-    narrow.model.minimize(tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0))
-    hint_decisions(narrow, outcome.best.layout(outcome.built))
-    time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
-    measure = tie_break_measure(stage_name(candidates), narrow.instance, uses_gpus=gpus > 0)
-    result = trace.record("tie-break", run(narrow, config, time_limit, measure))
-    if not result.found:
-        return outcome
-    return replace(
-        outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL, ranks_tie_break=True
-    )
+    return tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
 
 
 def _hint_if(
