@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_solver_properties import SLOW, all_layouts, clusters, configs, deployments, profiles
 
 from layerfit.check import check_layout
-from layerfit.domain import MiB
+from layerfit.domain import Cluster, ComputeBuffer, Deployment, Gpu, MemoryProfile, MiB, PlannerConfig, Worker
 from layerfit.solver.bounds import fewest_gpus
 from layerfit.solver.instance import build_instance
 from layerfit.solver.proofs import mains_reaching
@@ -48,3 +48,25 @@ def test_bounds_never_exclude_a_valid_layout(data: st.DataObject) -> None:
         checked += 1
     event(f"valid layouts with GPUs: {'none' if not checked else 'some'}")
     event(f"multi-worker keys: {sum(workers > 1 for workers, _ in fewest)}")
+
+
+def test_a_single_device_pays_no_several_device_costs() -> None:
+    """A GPU that holds the whole model only without the several-devices compute buffer: the bound
+    is 1 GPU with one worker and with two (the main worker without a GPU), as brute force finds."""
+    multi = ComputeBuffer(full_offload_bytes=0, partial_offload_bytes=0, multi_device_bytes=300)
+    profile = MemoryProfile.uniform(4, 90, 10, gpu_fixed_bytes=100, compute=multi)
+    host = Worker(id="a", name="a", total_ram_bytes=10_000, allocatable_ram_bytes=10_000)
+    gpu = Gpu(index=0, total_vram_bytes=500, allocatable_vram_bytes=500)
+    holder = Worker(id="b", name="b", total_ram_bytes=10_000, allocatable_ram_bytes=10_000, gpus=(gpu,))
+    where = Cluster(workers=(host, holder))
+    dep = Deployment(name="d", profile=profile, distributed_inference_across_workers=True, cpu_offloading=False)
+    config = PlannerConfig()
+    instance = build_instance(where, dep, profile, config)
+    fewest: dict[int, int] = {}
+    for layout in all_layouts(where, profile.n_blocks):
+        if layout.gpu_layers == profile.n_layers and not check_layout(where, dep, profile, layout, config):
+            workers = len(layout.workers)
+            fewest[workers] = min(fewest.get(workers, len(layout.devices)), len(layout.devices))
+    assert fewest == {1: 1, 2: 1}
+    for workers, gpus in fewest.items():
+        assert fewest_gpus(instance, workers, profile.n_layers) == gpus

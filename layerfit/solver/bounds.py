@@ -26,13 +26,32 @@ def layer_ceiling(instance: Instance) -> int:
     return ceiling
 
 
-def device_blocks(instance: Instance, capacity: int, kind: SlotKind) -> int:
+def device_blocks(
+    instance: Instance, capacity: int, kind: SlotKind, *, unified: bool | None = None, multi: bool = False
+) -> int:
     """An upper bound on the blocks one device of ``capacity`` holds in a slot of ``kind``: its
-    contiguous run of blocks costs at least the lightest run of that length, on top of the role's
-    smallest fixed cost."""
+    contiguous run of blocks costs at least the lightest run of that length, on top of the least
+    fixed cost of a device of that role under the rules, on a worker of memory type ``unified``
+    (``None``: either), in a layout of several devices when ``multi``."""
     roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
-    overhead = min(cost for device, cost in instance.costs.device.items() if device.role in roles)
+    overhead = min(
+        (
+            cost
+            for device, cost in instance.costs.device.items()
+            if device.role in roles
+            and device.partial in instance.rules.partial_values
+            and (unified is None or device.unified in (None, unified))
+            and (not multi or device.multi in (None, True))
+        ),
+        default=0,
+    )
     return _blocks_within(_lightest_runs(instance), capacity - overhead)
+
+
+def class_blocks(instance: Instance, cls: GpuClass, kind: SlotKind, *, multi: bool = False) -> int:
+    """``device_blocks`` of one GPU of ``cls``: its room (``gpu_room``) and its worker's memory type."""
+    unified = instance.workers[cls.worker].unified
+    return device_blocks(instance, gpu_room(instance, cls, kind), kind, unified=unified, multi=multi)
 
 
 def block_capacity(instance: Instance, worker: int, kind: SlotKind, gpus: int) -> int:
@@ -43,8 +62,8 @@ def block_capacity(instance: Instance, worker: int, kind: SlotKind, gpus: int) -
         for c in instance.workers[worker].classes
         if (instance.classes[c].rpc_ok if kind is SlotKind.RPC else instance.classes[c].local_ok)
     ]
-    capacities = sorted((cls.capacity for cls in eligible for _ in range(cls.count)), reverse=True)[:gpus]
-    return sum(device_blocks(instance, capacity, kind) for capacity in capacities)
+    blocks = sorted((class_blocks(instance, cls, kind) for cls in eligible for _ in range(cls.count)), reverse=True)
+    return sum(blocks[:gpus])
 
 
 def single_worker_layers(instance: Instance, worker: int, gpus: int) -> int:
@@ -60,7 +79,7 @@ def remote_gpu_blocks(instance: Instance) -> tuple[tuple[int, int], ...]:
     return tuple(
         sorted(
             (
-                (device_blocks(instance, cls.capacity, SlotKind.RPC), cls.worker)
+                (class_blocks(instance, cls, SlotKind.RPC), cls.worker)
                 for cls in instance.classes
                 if cls.rpc_ok and instance.workers[cls.worker].rpc_ok
                 for _ in range(min(cls.count, instance.rpc_slots))
@@ -251,10 +270,11 @@ Measures = tuple[tuple[int, ...], tuple[int, ...]]
 """Per worker: prefix sums over its best GPUs of (blocks they hold, bytes they offer blocks)."""
 
 
-def _worker_measures(instance: Instance, worker: int, kind: SlotKind, layers: int) -> Measures:
+def _worker_measures(instance: Instance, worker: int, kind: SlotKind, layers: int, *, multi: bool) -> Measures:
     """``(blocks, room)`` prefix sums over ``worker``'s best GPUs for slots of ``kind`` (at most the
-    slots of that kind): ``device_blocks`` of each GPU's room, and the room less the least fixed
-    cost of a device of that kind in a layout of ``layers`` GPU layers. Each sorted best first."""
+    slots of that kind): each GPU's room less the least fixed cost of a device of that kind in a
+    layout of ``layers`` GPU layers (of several devices when ``multi``), and the longest run of
+    blocks that fits in it. Each sorted best first."""
     view = instance.workers[worker]
     if not (view.rpc_ok if kind is SlotKind.RPC else view.main_ok):
         return (0,), (0,)
@@ -264,9 +284,11 @@ def _worker_measures(instance: Instance, worker: int, kind: SlotKind, layers: in
     rooms = rooms[: instance.slots(kind)]
     roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
     overhead = min(
-        least_overhead(instance, roles, unified=view.unified, devices=devices, layers=layers) for devices in (1, 2)
+        least_overhead(instance, roles, unified=view.unified, devices=devices, layers=layers)
+        for devices in ((2,) if multi else (1, 2))
     )
-    return _prefix(device_blocks(instance, room, kind) for room in rooms), _prefix(room - overhead for room in rooms)
+    runs = _lightest_runs(instance)
+    return _prefix(_blocks_within(runs, room - overhead) for room in rooms), _prefix(room - overhead for room in rooms)
 
 
 def _prefix(values: Iterable[int]) -> tuple[int, ...]:
@@ -313,12 +335,24 @@ def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
     against the GPUs' rooms less their least fixed cost. The remote part is a knapsack over the
     workers that can matter: for each GPU count and measure, the ``workers`` best workers at that
     count (one more than the servers, so that any main worker can be left out); leaving a worker
-    out is exact, since an unused better one can take its place.
+    out is exact, since an unused better one can take its place. Each device of a layout of two or
+    more pays at least the several-devices fixed cost.
     """
+    most_gpus = instance.local_slots + (instance.rpc_slots if workers > 1 else 0)
+    if workers <= 2 and _fewest(instance, workers, ceiling, multi=False, gpus=range(1, 2)) == 1:
+        return 1
+    return _fewest(instance, workers, ceiling, multi=True, gpus=range(max(2, workers - 1), most_gpus + 1))
+
+
+def _fewest(instance: Instance, workers: int, ceiling: int, *, multi: bool, gpus: range) -> int | None:
+    """``fewest_gpus`` over the GPU counts ``gpus``, each device paying the fixed costs of a layout of
+    several devices when ``multi``."""
     servers = workers - 1
     rpc_slots = instance.rpc_slots if servers else 0
     needs = _layer_needs(instance, ceiling)
-    remote = {w: _worker_measures(instance, w, SlotKind.RPC, ceiling) for w in range(len(instance.workers))}
+    remote = {
+        w: _worker_measures(instance, w, SlotKind.RPC, ceiling, multi=multi) for w in range(len(instance.workers))
+    }
     remote = {w: measures for w, measures in remote.items() if len(measures[0]) > 1}
     if len(remote) < servers:
         return None
@@ -334,17 +368,17 @@ def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
         return blocks, _most_remote([remote[w][1] for w in pool], servers, rpc_slots)
 
     def least(local: Measures, remote_best: tuple[list[int], list[int]], below: int) -> int | None:
-        for gpus in range(max(servers, 1), below):
-            for j in range(min(len(local[0]) - 1, gpus - servers) + 1):
-                rest = min(gpus - j, rpc_slots)
+        for count in range(gpus.start, below):
+            for j in range(min(len(local[0]) - 1, count - servers) + 1):
+                rest = min(count - j, rpc_slots)
                 if all(local[m][j] + remote_best[m][rest] >= needs[m] for m in (0, 1)):
-                    return gpus
+                    return count
         return None
 
     shared = others(None)
-    most_gpus = instance.local_slots + rpc_slots + 1
+    most_gpus = gpus.stop
     mains = {
-        m: _worker_measures(instance, m, SlotKind.LOCAL, ceiling)
+        m: _worker_measures(instance, m, SlotKind.LOCAL, ceiling, multi=multi)
         for m, view in enumerate(instance.workers)
         if view.main_ok
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from layerfit.solver.bounds import device_blocks
+from layerfit.solver.bounds import class_blocks
 from layerfit.solver.constraints.experts import slot_savings
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Expr, SlotVars, Variables
@@ -38,8 +38,9 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         model.add(slot.need <= capacity + slack * (1 - slot.used))
         if instance.experts is not None:
             continue  # the bound below takes blocks with their experts
-        # Redundant: whole blocks per GPU (the relaxation would otherwise split blocks across GPUs).
-        most = {c: device_blocks(instance, instance.classes[c].capacity, slot.kind) for c in slot.assign}
+        # Redundant: whole blocks per GPU at its memory type's least fixed cost (the relaxation would
+        # otherwise split blocks across GPUs).
+        most = {c: class_blocks(instance, instance.classes[c], slot.kind) for c in slot.assign}
         model.add(slot.blocks <= sum(most[c] * assigned for c, assigned in slot.assign.items()))
 
 
