@@ -468,7 +468,8 @@ def test_invalid_model_raises_solver_error_naming_the_deployment(monkeypatch: py
         built.model.add(huge * 2**62 + huge * 2**62 >= 1)  # overflows: CP-SAT rejects the model
         return real_run(built, config, time_limit_s, measure)
 
-    monkeypatch.setattr("layerfit.solver.search.run", broken)
+    for module in ("search", "steps", "tie_break_stage"):
+        monkeypatch.setattr(f"layerfit.solver.{module}.run", broken)
     with pytest.raises(SolverError, match="deployment m"):
         run(THREE_WORKERS, deployment())
 

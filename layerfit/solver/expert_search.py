@@ -30,8 +30,7 @@ from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import tie_break
 from layerfit.solver.progress import Measure, Tier, tie_break_measure
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import Run, hint_layout, run, set_full_hint
-from layerfit.solver.search import HINT_TIME_FRACTION
+from layerfit.solver.runner import HINT_TIME_FRACTION, Run, hint_layout, run, set_full_hint
 from layerfit.solver.tie_break_stage import MIN_TIE_BREAK_TIME_S
 from layerfit.solver.trace import Clock, Trace, solve_result
 from layerfit.solver.variables import Expr

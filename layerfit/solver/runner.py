@@ -19,6 +19,9 @@ from layerfit.solver.decode import decision_values, decode
 from layerfit.solver.progress import Measure, progress_callback
 from layerfit.solver.variables import Expr
 
+HINT_TIME_FRACTION = 0.1
+"""Share of the remaining time a hint completion may use."""
+
 
 @dataclass(frozen=True)
 class Run:
@@ -123,15 +126,23 @@ def hint_decisions(built: BuiltModel, layout: Layout) -> bool:
 
 
 def hint_layout(built: BuiltModel, layout: Layout, config: PlannerConfig, time_limit_s: float) -> str:
+    """Hint every variable from a layout (``complete_hint``); only how it went."""
+    return complete_hint(built, layout, config, time_limit_s)[0]
+
+
+def complete_hint(
+    built: BuiltModel, layout: Layout, config: PlannerConfig, time_limit_s: float
+) -> tuple[str, tuple[int, ...]]:
     """Hint every variable from a layout: fix its decisions in a copy, solve, copy every value.
 
     Returns how it went: ``accepted``, ``outside-model`` (a GPU or role the model has no room
-    for), ``rejected`` (the model proves the layout invalid) or ``incomplete`` (no time).
+    for), ``rejected`` (the model proves the layout invalid) or ``incomplete`` (no time); and, when
+    accepted, the value of every variable (a solution of the model without its objective).
     """
     canonical = canonical_layout(built.instance, layout) if built.symmetry_broken else layout
     values = decision_values(built.instance, built.variables, canonical)
     if values is None:
-        return "outside-model"
+        return "outside-model", ()
     trial = built.model.clone()
     trial.proto.clear_objective()
     for var, value in values.items():
@@ -139,6 +150,7 @@ def hint_layout(built: BuiltModel, layout: Layout, config: PlannerConfig, time_l
     solver = solver_for(config, max(time_limit_s, 0.01))
     status = solver.solve(trial)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "rejected" if status == cp_model.INFEASIBLE else "incomplete"
-    set_full_hint(built.model, tuple(solver.response_proto.solution))
-    return "accepted"
+        return ("rejected" if status == cp_model.INFEASIBLE else "incomplete"), ()
+    solution = tuple(solver.response_proto.solution)
+    set_full_hint(built.model, solution)
+    return "accepted", solution

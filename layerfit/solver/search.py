@@ -24,10 +24,9 @@ as no time limit is hit.
 
 from __future__ import annotations
 
-import math
-
 from ortools.sat.python import cp_model
 
+from layerfit.check import check_layout
 from layerfit.deadline import Deadline, DeadlinePassed
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
@@ -38,19 +37,14 @@ from layerfit.domain.profile import MemoryProfile
 from layerfit.experts import experts_are_a_decision
 from layerfit.solver.alternatives import alternatives as find_alternatives
 from layerfit.solver.bounds import (
-    fewest_gpus,
     layer_ceiling,
-    most_remote_gpus,
-    multi_worker_candidates,
-    single_worker_layers,
-    single_worker_ordered_layers,
 )
-from layerfit.solver.build import BuiltModel, build_model
+from layerfit.solver.build import build_model
 from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_of, tier_key
 from layerfit.solver.decode import decision_values
 from layerfit.solver.instance import Instance, build_instance
-from layerfit.solver.objective import strict_tiers, strict_value, tie_break
-from layerfit.solver.progress import Measure, strict_measure, tie_break_measure
+from layerfit.solver.objective import strict_tiers, strict_value
+from layerfit.solver.progress import strict_measure
 from layerfit.solver.proofs import (
     SINGLE_GPU,
     capacity_infeasibility,
@@ -60,14 +54,14 @@ from layerfit.solver.proofs import (
 )
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import hint_layout, run
+from layerfit.solver.runner import HINT_TIME_FRACTION, hint_layout, run
+from layerfit.solver.steps import multi_worker_step, single_worker_step
 from layerfit.solver.tie_break_stage import tie_break_stage
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, kept_incumbent, not_run, solve_result, stage_name
+from layerfit.solver.witness import Valid
 
 CEILING_SEARCH = "ceiling-search"
 """Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
-HINT_TIME_FRACTION = 0.1
-"""Share of the remaining time a hint completion may use."""
 
 
 def solve(
@@ -83,7 +77,8 @@ def solve(
 
     ``hint`` (the heuristic's best layout) seeds the search; it need not be valid. A valid hint is
     the incumbent: the answer is never worse than it, and never UNKNOWN or INFEASIBLE.
-    ``shortcuts``: answer without CP-SAT where a bound proves it (``proofs``); off only to test them.
+    ``shortcuts``: answer without CP-SAT where a bound proves it (``proofs``, and a multi-worker
+    step's greedy ``witness`` meeting its bound); off only to test them.
     When where the experts go is a decision (``layerfit.experts.experts_are_a_decision``), the model
     places them block by block (``expert_search``), with the tier "blocks with experts on GPUs".
     """
@@ -109,7 +104,11 @@ def solve(
         shortcut = _shortcut(cluster, deployment, profile, config, instance, incumbent, clock, trace)
         if shortcut is not None:
             return shortcut
-    outcome = _ceiling_search(instance, hint, config, clock, trace)
+
+    def valid(layout: Layout) -> bool:
+        return not check_layout(cluster, deployment, profile, layout, config)
+
+    outcome = _ceiling_search(instance, hint, config, clock, trace, valid if shortcuts else None)
     if outcome is Status.INFEASIBLE and shortcuts and incumbent is None and (forced_layers(instance) or 0) > 0:
         # The rules fix the GPU-layer count and no worker count reaches it: nothing else can fit.
         trace.proof = CEILING_SEARCH
@@ -203,119 +202,24 @@ def layout_is_feasible_in_model(
 
 
 def _ceiling_search(
-    instance: Instance, hint: Layout | None, config: PlannerConfig, clock: Clock, trace: Trace
+    instance: Instance,
+    hint: Layout | None,
+    config: PlannerConfig,
+    clock: Clock,
+    trace: Trace,
+    valid: Valid | None = None,
 ) -> SearchOutcome | Status:
     """Step 1: the layer ceiling with ``t = 1, 2, ...`` workers. ``INFEASIBLE``: no worker count
     reaches it (proven); ``UNKNOWN``: a step ran out of time."""
     ceiling = layer_ceiling(instance)
     if ceiling == 0:
         return Status.INFEASIBLE
-    found = _single_worker_search(instance, ceiling, hint, config, clock, trace)
+    found = single_worker_step(instance, ceiling, hint, config, clock, trace)
     for workers in range(2, instance.rpc_slots + 2):
         if found is not Status.INFEASIBLE:
             break
-        found = _multi_worker_search(instance, ceiling, workers, hint, config, clock, trace)
+        found = multi_worker_step(instance, ceiling, workers, hint, config, clock, trace, valid)
     return found
-
-
-def _single_worker_search(
-    instance: Instance, ceiling: int, hint: Layout | None, config: PlannerConfig, clock: Clock, trace: Trace
-) -> SearchOutcome | Status:
-    """The ceiling on one worker with exactly ``k = 1, 2, ...`` GPUs, tie-break included."""
-    split = instance.rules.tensor_split
-    gpu_counts = range(1, instance.local_slots + 1) if split is None else (split.n_devices,)
-    for k in gpu_counts:
-        if k > instance.local_slots:
-            break
-        mains = frozenset(
-            w
-            for w, view in enumerate(instance.workers)
-            if view.main_ok
-            and single_worker_layers(instance, w, k) >= ceiling
-            and single_worker_ordered_layers(instance, w, k, ceiling) >= ceiling
-        )
-        if not mains:
-            continue
-        built = build_model(instance.restricted(rpc_slots=0, local_slots=k, mains=mains))
-        tiers = strict_tiers(built.instance, built.variables)
-        built.model.add(tiers.layers == ceiling)
-        built.model.add(tiers.gpus == k)
-        built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=True))
-        hinted = _hint_if(built, hint, (ceiling, 1, k), config, clock, trace)
-        measure = tie_break_measure(stage_name(instance, f"{k} GPUs on one worker"), built.instance, uses_gpus=True)
-        result = trace.record(f"one-worker-{k}-gpus", run(built, config, clock.remaining(), measure))
-        if result.status == cp_model.INFEASIBLE and not hinted:
-            continue
-        if not result.found:
-            return Status.UNKNOWN  # out of time, or CP-SAT contradicting a known solution
-        return SearchOutcome(
-            built=built,
-            best=result,
-            layers=ceiling,
-            workers=1,
-            gpus=k,
-            strict_proven=True,
-            tie_break_proven=result.status == cp_model.OPTIMAL,
-            bound=float(strict_value(instance, ceiling, 1, k)),
-        )
-    return Status.INFEASIBLE
-
-
-def _multi_worker_search(
-    instance: Instance,
-    ceiling: int,
-    workers: int,
-    hint: Layout | None,
-    config: PlannerConfig,
-    clock: Clock,
-    trace: Trace,
-) -> SearchOutcome | Status:
-    """The ceiling with exactly ``workers`` workers on the fewest GPUs, then the tie-break."""
-    mains, rpc = multi_worker_candidates(instance, workers, ceiling)
-    if not mains or len(rpc) < workers - 1:
-        return Status.INFEASIBLE
-    candidates = instance.restricted(
-        rpc_slots=most_remote_gpus(instance, rpc, workers - 1),
-        local_slots=instance.local_slots,
-        mains=mains,
-        rpc_workers=rpc,
-    )
-    fewest = fewest_gpus(candidates, workers, ceiling)
-    if fewest is None:
-        return Status.INFEASIBLE
-    built = build_model(prune_dominated(candidates, others=workers - 1))
-    tiers = strict_tiers(built.instance, built.variables)
-    built.model.add(tiers.layers == ceiling)
-    built.model.add(tiers.workers == workers)
-    built.model.add(tiers.gpus >= fewest)  # a capacity bound: also CP-SAT's proof when a layout meets it
-    built.model.minimize(tiers.gpus)
-    hinted = _hint_if(built, hint, (ceiling, workers, None), config, clock, trace)
-    measure = Measure(stage_name(instance, f"{workers} workers"), "GPUs")
-    result = trace.record(f"{workers}-workers", run(built, config, clock.remaining(), measure))
-    if result.status == cp_model.INFEASIBLE and not hinted:
-        return Status.INFEASIBLE
-    if not result.found:
-        return Status.UNKNOWN
-    gpus = result.value(tiers.gpus)
-    outcome = SearchOutcome(
-        built=built,
-        best=result,
-        layers=ceiling,
-        workers=workers,
-        gpus=gpus,
-        strict_proven=result.status == cp_model.OPTIMAL,
-        tie_break_proven=False,
-        bound=float(strict_value(instance, ceiling, workers, math.ceil(result.bound))),
-        ranks_tie_break=False,
-    )
-    if not outcome.strict_proven:
-        return outcome
-    # The tie-break needs only the workers that can take part in a layout of ``gpus`` GPUs.
-    mains, rpc = multi_worker_candidates(candidates, workers, ceiling, gpus=gpus)
-    narrow = candidates.restricted(
-        rpc_slots=candidates.rpc_slots, local_slots=candidates.local_slots, mains=mains, rpc_workers=rpc
-    )
-    return tie_break_stage(narrow, outcome, config, clock, trace)
 
 
 def _general_search(
@@ -364,22 +268,3 @@ def _general_search(
         ranks_tie_break=False,
     )
     return tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
-
-
-def _hint_if(
-    built: BuiltModel,
-    hint: Layout | None,
-    tiers: tuple[int, int, int | None],
-    config: PlannerConfig,
-    clock: Clock,
-    trace: Trace,
-) -> bool:
-    """Hint a restricted model with the heuristic's layout when its tiers match the restriction
-    (``None``: any GPU count); whether the model accepted it."""
-    if hint is None:
-        return False
-    layers, workers, gpus = tiers
-    if hint.gpu_layers != layers or len(hint.workers) != workers or gpus not in (None, len(hint.devices)):
-        return False
-    trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
-    return trace.hint == "accepted"

@@ -52,6 +52,9 @@ class Trace:
     """What proves the strict tiers: ``cp-sat``, a named shortcut, or ``none``."""
     shortcuts: list[str] = field(default_factory=list)
     """Later stages answered without CP-SAT, each by its proof's name (``name:count``)."""
+    witness: str = "none"
+    """A greedy layout for a multi-worker step (``witness``): ``none``, or its GPU count and how
+    its model took it (``8:accepted``)."""
     incumbent: str = "none"
     """The heuristic's layout: ``none`` (absent or invalid), ``valid``, ``kept`` as the answer, or
     ``contradicted`` (CP-SAT called the model infeasible; the layout is kept, nothing is proven)."""
@@ -132,6 +135,7 @@ def solve_result(
         "proof": trace.proof,
         "shortcuts": ",".join(trace.shortcuts),
         "incumbent": trace.incumbent,
+        "witness": trace.witness,
         "unit_bytes": instance.scale.unit_bytes,
         "exact_units": int(instance.scale.exact),
         "gpu_classes": len(instance.classes),
