@@ -5,7 +5,8 @@ layers: the general search leaves the others out once the incumbent has that man
 
 ``fewest_gpus`` is a lower bound on the GPU count of any layout with a given worker count and
 GPU-layer count: the multi-worker search adds it to its model and skips a worker count where it
-is ``None``, so an overestimate would lose the optimum or claim a false infeasibility.
+is ``None``, so an overestimate would lose the optimum or claim a false infeasibility. Its last
+step searches over orders of the largest rooms, coarsened to few values by rounding up only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from test_solver_properties import SLOW, all_layouts, clusters, configs, deploym
 
 from layerfit.check import check_layout
 from layerfit.domain import Cluster, ComputeBuffer, Deployment, Gpu, MemoryProfile, MiB, PlannerConfig, Worker
-from layerfit.solver.bounds import fewest_gpus
+from layerfit.solver.gpu_count import ORDER_VALUES, coarse_rooms, fewest_gpus
 from layerfit.solver.instance import build_instance
 from layerfit.solver.proofs import mains_reaching
 
@@ -70,3 +71,14 @@ def test_a_single_device_pays_no_several_device_costs() -> None:
     assert fewest == {1: 1, 2: 1}
     for workers, gpus in fewest.items():
         assert fewest_gpus(instance, workers, profile.n_layers) == gpus
+
+
+@given(rooms=st.lists(st.integers(-50, 10_000), min_size=1, max_size=40).map(lambda r: sorted(r, reverse=True)))
+def test_coarse_rooms_only_round_up_to_few_values(rooms: list[int]) -> None:
+    """The order search's rooms are each at least the room they stand for (so its bound stays an
+    upper bound), with few distinct values."""
+    coarse = coarse_rooms(rooms)
+    assert len(coarse) == len(rooms)
+    assert all(c >= r for c, r in zip(coarse, rooms, strict=True))
+    assert len(set(coarse)) <= ORDER_VALUES
+    assert set(coarse) <= set(rooms)

@@ -30,7 +30,8 @@ from layerfit.domain import (
     Worker,
 )
 from layerfit.solver import solve
-from layerfit.solver.bounds import fewest_gpus, layer_ceiling
+from layerfit.solver.bounds import layer_ceiling
+from layerfit.solver.gpu_count import fewest_gpus
 from layerfit.solver.instance import build_instance
 from layerfit.solver.witness import multi_worker_witness
 

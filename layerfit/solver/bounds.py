@@ -8,7 +8,6 @@ difference, and its fixed cost at least the smallest device-kind cost of its rol
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
 from functools import cache
 
 from layerfit.domain.profile import DeviceRole
@@ -45,7 +44,7 @@ def device_blocks(
         ),
         default=0,
     )
-    return _blocks_within(_lightest_runs(instance), capacity - overhead)
+    return blocks_within(lightest_runs(instance), capacity - overhead)
 
 
 def class_blocks(instance: Instance, cls: GpuClass, kind: SlotKind, *, multi: bool = False) -> int:
@@ -162,11 +161,12 @@ def _lightest_runs_of(prefix: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(min(prefix[i + b] - prefix[i] for i in range(n - b + 1)) for b in range(1, n + 1))
 
 
-def _lightest_runs(instance: Instance) -> tuple[int, ...]:
+def lightest_runs(instance: Instance) -> tuple[int, ...]:
+    """``runs[b-1]``: the least any ``b`` consecutive blocks of the model cost, in model units."""
     return _lightest_runs_of(instance.costs.block_prefix_down)
 
 
-def _blocks_within(cumulative: tuple[int, ...], room: int) -> int:
+def blocks_within(cumulative: tuple[int, ...], room: int) -> int:
     """The longest run whose least cost (``cumulative``, non-decreasing) fits in ``room``."""
     low, high = 0, len(cumulative)
     while low < high:
@@ -264,130 +264,3 @@ def gpu_room(instance: Instance, cls: GpuClass, kind: SlotKind) -> int:
         return cls.capacity
     keep = instance.costs.rpc_host if kind is SlotKind.RPC else min(instance.costs.host.values(), default=0)
     return min(cls.capacity, view.ram_capacity - keep)
-
-
-Measures = tuple[tuple[int, ...], tuple[int, ...]]
-"""Per worker: prefix sums over its best GPUs of (blocks they hold, bytes they offer blocks)."""
-
-
-def _worker_measures(instance: Instance, worker: int, kind: SlotKind, layers: int, *, multi: bool) -> Measures:
-    """``(blocks, room)`` prefix sums over ``worker``'s best GPUs for slots of ``kind`` (at most the
-    slots of that kind): each GPU's room less the least fixed cost of a device of that kind in a
-    layout of ``layers`` GPU layers (of several devices when ``multi``), and the longest run of
-    blocks that fits in it. Each sorted best first."""
-    view = instance.workers[worker]
-    if not (view.rpc_ok if kind is SlotKind.RPC else view.main_ok):
-        return (0,), (0,)
-    classes = [instance.classes[c] for c in view.classes]
-    eligible = [cls for cls in classes if (cls.rpc_ok if kind is SlotKind.RPC else cls.local_ok)]
-    rooms = sorted((gpu_room(instance, cls, kind) for cls in eligible for _ in range(cls.count)), reverse=True)
-    rooms = rooms[: instance.slots(kind)]
-    roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
-    overhead = min(
-        least_overhead(instance, roles, unified=view.unified, devices=devices, layers=layers)
-        for devices in ((2,) if multi else (1, 2))
-    )
-    runs = _lightest_runs(instance)
-    return _prefix(_blocks_within(runs, room - overhead) for room in rooms), _prefix(room - overhead for room in rooms)
-
-
-def _prefix(values: Iterable[int]) -> tuple[int, ...]:
-    sums = [0]
-    for value in values:
-        sums.append(sums[-1] + max(0, value))
-    return tuple(sums)
-
-
-def _most_remote(prefixes: list[tuple[int, ...]], servers: int, gpus: int) -> list[int]:
-    """``best[j]``: the most ``j`` remote GPUs of at most ``servers`` workers give (a knapsack over
-    the workers, each giving its ``i`` best GPUs: ``prefix[i]``)."""
-    best = [[0] * (gpus + 1) for _ in range(servers + 1)]
-    for prefix in prefixes:
-        for k in range(servers, 0, -1):
-            row, fewer = best[k], best[k - 1]
-            for j in range(gpus, 0, -1):
-                for i in range(1, min(j, len(prefix) - 1) + 1):
-                    row[j] = max(row[j], fewer[j - i] + prefix[i])
-    return best[servers]
-
-
-def _layer_needs(instance: Instance, layers: int) -> tuple[int, int]:
-    """The least blocks and the least bytes (blocks and output layer) a layout of ``layers`` GPU
-    layers puts on GPUs: ``layers - 1`` blocks and the output layer, or ``layers`` blocks."""
-    n = instance.n_blocks
-    prefix = instance.costs.block_prefix_down
-
-    def offloaded(blocks: int) -> int:
-        return prefix[n] - prefix[n - blocks]
-
-    with_output = offloaded(min(n, max(0, layers - 1))) + instance.costs.output
-    without = offloaded(layers) if layers <= n else with_output
-    return max(0, layers - 1), min(with_output, without)
-
-
-def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
-    """A lower bound on the GPUs of any layout with exactly ``workers`` workers and ``ceiling`` GPU
-    layers, ``None`` when no GPU count reaches it.
-
-    The main worker gives its ``j`` best GPUs, the ``workers - 1`` rpc-server workers (each with at
-    least one GPU) their best ``g - j`` together. Two capacity rows must both hold: the blocks each
-    GPU can hold (``device_blocks``), and the bytes of every offloaded block and the output layer
-    against the GPUs' rooms less their least fixed cost. The remote part is a knapsack over the
-    workers that can matter: for each GPU count and measure, the ``workers`` best workers at that
-    count (one more than the servers, so that any main worker can be left out); leaving a worker
-    out is exact, since an unused better one can take its place. Each device of a layout of two or
-    more pays at least the several-devices fixed cost.
-    """
-    most_gpus = instance.local_slots + (instance.rpc_slots if workers > 1 else 0)
-    if workers <= 2 and _fewest(instance, workers, ceiling, multi=False, gpus=range(1, 2)) == 1:
-        return 1
-    return _fewest(instance, workers, ceiling, multi=True, gpus=range(max(2, workers - 1), most_gpus + 1))
-
-
-def _fewest(instance: Instance, workers: int, ceiling: int, *, multi: bool, gpus: range) -> int | None:
-    """``fewest_gpus`` over the GPU counts ``gpus``, each device paying the fixed costs of a layout of
-    several devices when ``multi``."""
-    servers = workers - 1
-    rpc_slots = instance.rpc_slots if servers else 0
-    needs = _layer_needs(instance, ceiling)
-    remote = {
-        w: _worker_measures(instance, w, SlotKind.RPC, ceiling, multi=multi) for w in range(len(instance.workers))
-    }
-    remote = {w: measures for w, measures in remote.items() if len(measures[0]) > 1}
-    if len(remote) < servers:
-        return None
-    chosen: set[int] = set()
-    for measure in (0, 1):
-        for i in range(1, rpc_slots + 1):
-            ranked = sorted(remote, key=lambda w: remote[w][measure][min(i, len(remote[w][measure]) - 1)])
-            chosen.update(ranked[-(servers + 1) :])
-
-    def others(without: int | None) -> tuple[list[int], list[int]]:
-        pool = sorted(chosen - {without})
-        blocks = _most_remote([remote[w][0] for w in pool], servers, rpc_slots)
-        return blocks, _most_remote([remote[w][1] for w in pool], servers, rpc_slots)
-
-    def least(local: Measures, remote_best: tuple[list[int], list[int]], below: int) -> int | None:
-        for count in range(gpus.start, below):
-            for j in range(min(len(local[0]) - 1, count - servers) + 1):
-                rest = min(count - j, rpc_slots)
-                if all(local[m][j] + remote_best[m][rest] >= needs[m] for m in (0, 1)):
-                    return count
-        return None
-
-    shared = others(None)
-    most_gpus = gpus.stop
-    mains = {
-        m: _worker_measures(instance, m, SlotKind.LOCAL, ceiling, multi=multi)
-        for m, view in enumerate(instance.workers)
-        if view.main_ok
-    }
-    optimistic = {m: least(local, shared, most_gpus) for m, local in mains.items()}
-    best: int | None = None
-    for m in sorted((m for m, g in optimistic.items() if g is not None), key=lambda m: optimistic[m] or 0):
-        if best is not None and (optimistic[m] or 0) >= best:
-            break
-        found = least(mains[m], others(m), most_gpus if best is None else best) if m in chosen else optimistic[m]
-        if found is not None:
-            best = found
-    return best

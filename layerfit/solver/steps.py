@@ -16,13 +16,13 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Status
 from layerfit.solver.bounds import (
-    fewest_gpus,
     most_remote_gpus,
     multi_worker_candidates,
     single_worker_layers,
     single_worker_ordered_layers,
 )
 from layerfit.solver.build import BuiltModel, build_model
+from layerfit.solver.gpu_count import fewest_gpus
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, strict_value, tie_break
 from layerfit.solver.progress import Measure, tie_break_measure

@@ -1,7 +1,7 @@
 """A layout built greedily for a multi-worker step, to hint its model (a witness for its bound).
 
 The t-worker step asks CP-SAT for the fewest GPUs of a layout with every layer on GPUs; its lower
-bound (``bounds.fewest_gpus``) is usually exact, but with blocks of different sizes CP-SAT can
+bound (``gpu_count.fewest_gpus``) is usually exact, but with blocks of different sizes CP-SAT can
 take seconds to find any layout at all. ``multi_worker_witness`` builds one of a given GPU count:
 a main worker with its ``j`` largest GPUs, rpc-server workers chosen by a knapsack on their GPUs'
 rooms, and blocks given from the last device backwards, each device taking the longest run that
