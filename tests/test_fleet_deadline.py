@@ -11,9 +11,10 @@ import pytest
 from layerfit import heuristics
 from layerfit.deadline import Deadline
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, PlannerConfig, ReasonKind, Status, Worker
-from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan
+from layerfit.domain.fleet import MAXIMISED_TIERS, Fleet, FleetConfig, FleetPlan
+from layerfit.errors import SolverError
+from layerfit.fleet import colgen, plan_fleet, plan_sequential
 from layerfit.fleet import plan as fleet_plan
-from layerfit.fleet import plan_fleet, plan_sequential
 from layerfit.fleet.candidates import group_candidates
 
 PLANNER = PlannerConfig(time_limit_s=2.0, num_search_workers=1)
@@ -117,3 +118,19 @@ def test_candidate_generation_stops_at_its_deadline_and_says_so(monkeypatch: pyt
     assert len(skipped) == 1 and "candidate generation" in skipped[0].message and len(plan.placements) == 1
     monkeypatch.setattr(fleet_plan, "CANDIDATE_SHARE", 0.3)
     assert plan_fleet(planned, CONFIG, PLANNER).stats[0].details["candidate_generation"] == "complete"
+
+
+def test_an_lp_cut_short_keeps_every_bound_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    limits: list[float | None] = []
+
+    def no_lp_in_time(*args: Any, time_limit_s: float | None = None, **kwargs: Any) -> Any:
+        limits.append(args[3] if len(args) > 3 else time_limit_s)
+        raise SolverError("GLOP stopped at its time limit")
+
+    monkeypatch.setattr(colgen, "solve_lp", no_lp_in_time)
+    plan = plan_fleet(fleet(), CONFIG, PLANNER)
+    assert limits, "column generation never asked for an LP"
+    assert all(limit is not None and 0 <= limit <= CONFIG.time_limit_s for limit in limits)
+    for tier in plan.bounds:
+        if tier.bound is not None:
+            assert tier.bound >= tier.value if tier.tier in MAXIMISED_TIERS else tier.bound <= tier.value

@@ -30,6 +30,7 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import MAXIMISED_TIERS, FleetConfig, TierBound
 from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, identical_groups
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.gaps import UNITS, gap
@@ -179,7 +180,10 @@ class ColumnGeneration:
         complete = True
         lp_value = trivial
         while True:
-            lp = solve_lp(self.fleet, self.columns, goal)
+            try:
+                lp = solve_lp(self.fleet, self.columns, goal, max(0.0, deadline - time.perf_counter()))
+            except SolverError:
+                break  # no LP within the deadline: the bound so far (trivial, or earlier rounds') stands
             lp_value = lp.value
             if lp.value >= trivial - TOLERANCE * max(1.0, abs(trivial)):
                 # The columns already reach the trivial bound: so does the LP over all layouts.

@@ -199,8 +199,11 @@ class _Builder:
                 self.variable(1.0, -1.0, terms, f"open_{key}")
 
 
-def solve_lp(fleet: Fleetwide, columns: Columns, goal: Goal) -> LpSolution:
-    """The LP relaxation of one tier over ``columns`` (pins as lower bounds), with its multipliers."""
+def solve_lp(fleet: Fleetwide, columns: Columns, goal: Goal, time_limit_s: float | None = None) -> LpSolution:
+    """The LP relaxation of one tier over ``columns`` (pins as lower bounds), with its multipliers.
+
+    ``time_limit_s`` bounds GLOP's run; an LP not solved to optimality in it raises ``SolverError``.
+    """
     builder = _Builder(fleet, goal)
     replica_rows = builder.columns(columns)
     if goal.tier == GPUS:
@@ -213,6 +216,8 @@ def solve_lp(fleet: Fleetwide, columns: Columns, goal: Goal) -> LpSolution:
         if builder.rows.get(row)
     }
     solver.Maximize(sum(c * var for c, var in builder.objective))
+    if time_limit_s is not None:
+        solver.SetTimeLimit(max(1, int(time_limit_s * 1000)))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         raise SolverError(f"the LP relaxation of the fleet master ({goal.tier}) was not solved to optimality")
     duals = {row: max(0.0, constraint.dual_value()) for row, constraint in added.items()}
