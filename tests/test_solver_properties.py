@@ -431,7 +431,12 @@ def test_twin_swap_alternatives_agree_with_the_full_solve(
     full = solve(where, dep, profile, config, hint=plan.layout, shortcuts=False)
     assert_valid(where, dep, profile, config, fast)
     assert fast.best is not None and full.best is not None
-    assert fast.best.layout == full.best.layout
+    instance = build_instance(where, dep, profile, config)
+    tie_unit_mib = tie_break_unit(cls.capacity for cls in instance.classes) * instance.scale.unit_bytes / MiB
+    tolerance = (len(fast.best.layout.devices) + 1) * tie_unit_mib
+    # shortcuts may prove the strict tiers on another layout, and twins tie: equal tiers, equal score
+    assert tier_key(fast.best.layout) == tier_key(full.best.layout)
+    assert abs(fast.best.score - full.best.score) <= tolerance
     swapped = int(swaps[0].split(":")[1])
     assert 1 <= swapped <= len(fast.alternatives)
     for candidate in fast.alternatives[:swapped]:
@@ -440,9 +445,6 @@ def test_twin_swap_alternatives_agree_with_the_full_solve(
     assert len(fast.alternatives) >= min(config.alternatives, len(full.alternatives))
     if fast.stats.details["truncated"] or full.stats.details["truncated"]:
         return
-    instance = build_instance(where, dep, profile, config)
-    tie_unit_mib = tie_break_unit(cls.capacity for cls in instance.classes) * instance.scale.unit_bytes / MiB
-    tolerance = (len(fast.best.layout.devices) + 1) * tie_unit_mib
     for ours, theirs in zip(fast.alternatives, full.alternatives, strict=False):
         assert ours.score >= theirs.score - tolerance
 
