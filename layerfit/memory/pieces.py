@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from itertools import accumulate
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict, Unpack
 
 from layerfit.domain.layout import Layout
 from layerfit.domain.profile import ComputeBuffer, DeviceRole, MemoryProfile
 from layerfit.memory.kinds import kinds_entry
+
+
+class DevicePlace(TypedDict, total=False):
+    """What a caller knows of a device's place in the layout (``device_compute_bytes``); a key left
+    out, or ``None``, is not modelled and gets the upper bound."""
+
+    multi_device: bool | None
+    first_device: bool | None
+    host_blocks: int | None
+    kinds: int | None
+    keeps_scan: bool | None
 
 
 def is_partial(layout: Layout) -> bool:
@@ -80,16 +91,11 @@ def device_overhead_bytes(
     partial: bool,
     unified_worker: bool,
     holds_output: bool,
-    multi_device: bool | None = None,
-    first_device: bool | None = None,
-    host_blocks: int | None = None,
-    kinds: int | None = None,
-    keeps_scan: bool | None = None,
+    **place: Unpack[DevicePlace],
 ) -> int:
     """Everything a device costs besides its blocks: fixed + compute + output layer + main extras.
 
-    ``multi_device``/``first_device``/``host_blocks``/``kinds``/``keeps_scan`` as in
-    ``device_compute_bytes`` (``None``: the upper bound).
+    ``place`` as in ``device_compute_bytes`` (left out or ``None``: the upper bound).
     """
     costs = profile.role_costs(role, unified_worker)
     overhead = costs.fixed_bytes + device_compute_bytes(
@@ -98,11 +104,7 @@ def device_overhead_bytes(
         partial=partial,
         unified_worker=unified_worker,
         holds_output=holds_output,
-        multi_device=multi_device,
-        first_device=first_device,
-        host_blocks=host_blocks,
-        kinds=kinds,
-        keeps_scan=keeps_scan,
+        **place,
     )
     if holds_output:
         overhead += profile.output_weight_bytes
