@@ -17,8 +17,10 @@ One module per stage:
   columns join the candidates, and every round gives a bound over all layouts (priority-weighted
   placement tier, and layers tier among plans that place as much).
 * ``moves``: replica numbers and the order of stops and starts from the current placement.
-* ``plan``: ``plan_fleet`` and ``choose``, putting the stages together; ``sequential``: the
-  one-at-a-time baseline (GPUStack's way) that also seeds the joint plan.
+* ``generate``: the fleet's candidates and the one-at-a-time seed; ``joint``: ``choose``, the
+  master over given candidates, with replica numbers and moves; ``plan``: ``plan_fleet``, putting
+  the stages together; ``sequential``: the one-at-a-time baseline (GPUStack's way) that also seeds
+  the joint plan.
 
 ``FleetPlan.bounds`` gives every tier's value, whether it is proven, and its bound and gap where
 one is known, over all layouts with column generation (``FleetConfig.column_generation``, on by

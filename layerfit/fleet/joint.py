@@ -1,0 +1,205 @@
+"""The joint plan over given candidates: the master problem's tiers, replica numbers and moves."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+
+from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
+from layerfit.deadline import Deadline
+from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.fleet import (
+    MAXIMISED_TIERS,
+    Fleet,
+    FleetConfig,
+    FleetPlan,
+    PlacedReplica,
+    Placement,
+    ReplicaRef,
+    TierBound,
+    UnplacedReplica,
+)
+from layerfit.domain.layout import Layout
+from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
+from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import SolverError
+from layerfit.fleet.candidates import CandidateSet
+from layerfit.fleet.gaps import UNITS, gpus_bound
+from layerfit.fleet.gaps import tier_bound as gap_bound
+from layerfit.fleet.greedy import gpus_used
+from layerfit.fleet.master import Master
+from layerfit.fleet.moves import assign_replicas, order_moves
+from layerfit.fleet.screen import pin_conflicts
+from layerfit.fleet.tiers import TIER_NAMES, TierOutcome, solve_tiers
+from layerfit.memory import claims as compute_claims
+
+DECODE_SHARE = 0.05
+"""Share of the time left kept for decoding the master's solution and ordering the moves."""
+
+
+def pin_reasons(
+    fleet: Fleet, profiles: Mapping[str, MemoryProfile], config: PlannerConfig
+) -> tuple[dict[str, Counter[Layout]], list[Reason]]:
+    """Pins that still fit are enforced; a pin that no longer fits is reported, never dropped silently."""
+    by_name = {d.name: d for d in fleet.deployments}
+    pins: dict[str, Counter[Layout]] = defaultdict(Counter)
+    reasons: list[Reason] = []
+    fitting: list[tuple[Placement, MemoryProfile]] = []
+    for placement in fleet.current:
+        if not placement.pinned:
+            continue
+        deployment = by_name[placement.deployment]
+        broken = check_layout(fleet.cluster, deployment, profiles[deployment.name], placement.layout, config)
+        if broken:
+            reasons.append(
+                Reason(
+                    kind=ReasonKind.PIN_BROKEN,
+                    message=f"pinned replica {placement.replica} of {placement.deployment} no longer fits where it is: "
+                    + "; ".join(reason.message for reason in broken),
+                    severity=Severity.WARNING,
+                    worker=placement.layout.main_worker,
+                )
+            )
+            continue
+        fitting.append((placement, profiles[deployment.name]))
+    together, conflicts = pin_conflicts(fleet.cluster, fitting)
+    for placement in together:
+        pins[placement.deployment][placement.layout] += 1
+    return pins, [*reasons, *conflicts]
+
+
+def current_counts(fleet: Fleet) -> dict[str, Counter[Layout]]:
+    """Replicas per current layout, per deployment: only replicas the deployment still has can
+    stay where they are."""
+    replicas = {d.name: d.replicas for d in fleet.deployments}
+    by_replica: dict[str, dict[int, Layout]] = defaultdict(dict)
+    for placement in fleet.current:
+        by_replica[placement.deployment][placement.replica] = placement.layout
+    return {
+        name: Counter(layout for r, layout in layouts.items() if r < replicas.get(name, 0))
+        for name, layouts in by_replica.items()
+    }
+
+
+def _replicas(
+    deployments: Sequence[Deployment],
+    candidates: Sequence[CandidateSet],
+    counts: Sequence[Sequence[int]],
+    current_by: Mapping[str, dict[int, Layout]],
+) -> tuple[list[PlacedReplica], list[UnplacedReplica]]:
+    """Replica numbers for the chosen candidates; the replicas left out, with why."""
+    placed: list[PlacedReplica] = []
+    unplaced: list[UnplacedReplica] = []
+    for deployment, options, row in zip(deployments, candidates, counts, strict=True):
+        chosen = [layout for (layout, _), n in zip(options, row, strict=True) for _ in range(n)]
+        claims_of = dict(options)
+        assigned, missing = assign_replicas(deployment, chosen, current_by.get(deployment.name, {}))
+        placed += [
+            PlacedReplica(deployment=deployment.name, replica=r, layout=layout, claims=claims_of[layout], change=change)
+            for r, layout, change in assigned
+        ]
+        why = _unplaced_reason(deployment, options)
+        unplaced += [UnplacedReplica(deployment=deployment.name, replica=r, reasons=(why,)) for r in missing]
+    return placed, unplaced
+
+
+def choose(
+    fleet: Fleet,
+    profiles: Mapping[str, MemoryProfile],
+    candidates: Sequence[CandidateSet],
+    config: FleetConfig = FleetConfig(),
+    planner_config: PlannerConfig = PlannerConfig(),
+    seed: Sequence[tuple[str, Layout]] = (),
+    deadline: Deadline | None = None,
+) -> FleetPlan:
+    """The master problem over given candidates (one set per deployment, in fleet order), and the moves.
+
+    ``seed`` (deployment, layout) pairs, such as a one-at-a-time placement, start the search. The
+    master's tiers stop at ``deadline`` (less a share for decoding), else after ``config.time_limit_s``.
+    """
+    started = time.perf_counter()
+    cluster, deployments = fleet.cluster, fleet.deployments
+    current_by: dict[str, dict[int, Layout]] = defaultdict(dict)
+    for placement in fleet.current:
+        current_by[placement.deployment][placement.replica] = placement.layout
+    pins, reasons = pin_reasons(fleet, profiles, planner_config)
+    seeded: dict[str, Counter[Layout]] = defaultdict(Counter)
+    for name, layout in seed:
+        seeded[name][layout] += 1
+    master = Master(cluster, deployments, candidates, current_counts(fleet), pins, seeded)
+    if deadline is not None:
+        config = config.model_copy(update={"time_limit_s": max(0.05, deadline.remaining() * (1 - DECODE_SHARE))})
+    outcome = solve_tiers(master, config)
+    placed, unplaced = _replicas(deployments, candidates, outcome.counts, current_by)
+    if capacity_reasons(cluster, *(p.claims for p in placed)):
+        raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")
+    # Replicas on workers or GPUs that are gone are not running any more: nothing to stop there.
+    unified = unified_workers(cluster)
+    current = [
+        (p.deployment, p.replica, p.layout, compute_claims(profiles[p.deployment], p.layout, unified))
+        for p in fleet.current
+        if not reference_reasons(cluster, p.layout)
+    ]
+    before = [(p.deployment, p.replica) for p in fleet.current]
+    moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed], before)
+    kept_or_moved = {(p.deployment, p.replica) for p in placed}
+    stopped = tuple(ReplicaRef(deployment=d, replica=r) for d, r in before if (d, r) not in kept_or_moved)
+    bounds = candidate_bounds(master, outcome)
+    stats = EngineStats(
+        engine="fleet",
+        wall_time_s=time.perf_counter() - started,
+        status=outcome.status,
+        details={
+            "candidates": sum(len(options) for options in candidates),
+            "deployments": len(deployments),
+            "executor": config.executor.value,
+        },
+    )
+    return FleetPlan(
+        status=outcome.status,
+        placements=tuple(placed),
+        unplaced=tuple(unplaced),
+        moves=moves,
+        stopped=stopped,
+        reasons=tuple(reasons),
+        objective=outcome.values,
+        gap=next((b.gap for b in bounds if b.tier == outcome.gap_tier), None),
+        gap_tier=outcome.gap_tier,
+        bounds=bounds,
+        stats=(stats,),
+    )
+
+
+def candidate_bounds(master: Master, outcome: TierOutcome) -> tuple[TierBound, ...]:
+    """Every tier's value in its own units with the master's own bound, relative to the candidates
+    only (each among the plans with the earlier tiers' values); a tier not solved (cut short) or
+    whose bound is trivial has none. The GPUs and workers tier is given in GPUs."""
+    counts = (*master.tier_values(outcome.counts), gpus_used(master, outcome.counts))
+    bounds = []
+    for position, name in enumerate(TIER_NAMES):
+        maximised = name in MAXIMISED_TIERS
+        solved = position < len(outcome.values)
+        raw = outcome.master_bounds[position] if solved and position < len(outcome.master_bounds) else None
+        raw = raw if raw is not None and math.isfinite(raw) else None
+        if position == 3 and raw is not None:
+            raw = float(gpus_bound(raw, master.n_workers))
+        proven = solved and position < len(outcome.proven) and outcome.proven[position]
+        bounds.append(gap_bound(name, UNITS[name], counts[position], raw, maximised, proven))
+    return tuple(bounds)
+
+
+def _unplaced_reason(deployment: Deployment, options: CandidateSet) -> Reason:
+    if not options:
+        return Reason(
+            kind=ReasonKind.NO_CANDIDATE,
+            message=f"{deployment.name} does not fit anywhere in this cluster, even alone",
+        )
+    return Reason(
+        kind=ReasonKind.NO_CANDIDATE,
+        message=f"{deployment.name}: no room left; its {len(options)} possible layouts are taken by deployments "
+        f"of the same or higher priority",
+        severity=Severity.WARNING,
+    )
