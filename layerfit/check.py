@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from layerfit.domain.base import format_bytes
+from layerfit.domain.base import counted, format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import OffloadOrder, PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
@@ -151,7 +151,7 @@ def rule_reasons(
         reasons.append(
             Reason(
                 kind=ReasonKind.CPU_OFFLOAD_NOT_ALLOWED,
-                message=f"experts of {len(layout.host_expert_blocks)} blocks stay in host RAM "
+                message=f"experts of {counted(len(layout.host_expert_blocks), 'blocks')} stay in host RAM "
                 "but CPU offloading is not allowed",
             )
         )
@@ -159,8 +159,7 @@ def rule_reasons(
         reasons.append(
             Reason(
                 kind=ReasonKind.CPU_OFFLOAD_NOT_ALLOWED,
-                message=f"{layout.cpu_blocks} blocks (and the output layer: {not layout.output_offloaded}) stay on the "
-                "CPU but CPU offloading is not allowed",
+                message=f"{_on_cpu(layout)} on the CPU but CPU offloading is not allowed",
             )
         )
     rpc_count = len(layout.rpc_devices)
@@ -168,14 +167,15 @@ def rule_reasons(
         reasons.append(
             Reason(
                 kind=ReasonKind.DISTRIBUTION_NOT_ALLOWED,
-                message=f"the layout uses {rpc_count} RPC servers but distribution across workers is not allowed",
+                message=f"the layout uses {counted(rpc_count, 'RPC servers')} "
+                "but distribution across workers is not allowed",
             )
         )
     if rpc_count > config.max_rpc_servers:
         reasons.append(
             Reason(
                 kind=ReasonKind.TOO_MANY_RPC_SERVERS,
-                message=f"{rpc_count} RPC servers, at most {config.max_rpc_servers} allowed",
+                message=f"{counted(rpc_count, 'RPC servers')}, at most {config.max_rpc_servers} allowed",
             )
         )
     if deployment.kind is ModelKind.IMAGE and (
@@ -188,6 +188,13 @@ def rule_reasons(
             )
         )
     return tuple(reasons)
+
+
+def _on_cpu(layout: Layout) -> str:
+    """``3 blocks and the output layer stay``, ``1 block stays``, ``the output layer stays``."""
+    parts = [counted(layout.cpu_blocks, "blocks")] if layout.cpu_blocks else []
+    parts += [] if layout.output_offloaded else ["the output layer"]
+    return " and ".join(parts) + (" stays" if len(parts) == 1 and layout.cpu_blocks <= 1 else " stay")
 
 
 def expert_reasons(profile: MemoryProfile, layout: Layout) -> tuple[Reason, ...]:
@@ -221,7 +228,8 @@ def _tensor_split_reasons(tensor_split: tuple[float, ...], layout: Layout, order
         return (
             Reason(
                 kind=ReasonKind.TENSOR_SPLIT_NOT_HONOURED,
-                message=f"--tensor-split has {len(shares)} non-zero shares, the layout uses {len(layout.devices)} GPUs",
+                message=f"--tensor-split has {counted(len(shares), 'non-zero shares')}, "
+                f"the layout uses {counted(len(layout.devices), 'GPUs')}",
                 resource="tensor_split",
             ),
         )

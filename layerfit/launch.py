@@ -16,6 +16,7 @@ from layerfit.domain.builds import check_flags, flash_attn_args, load_mode_args
 from layerfit.domain.choices import ModelKind
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
 from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.flags import kind_switches
 from layerfit.domain.layout import DeviceAssignment, Layout
@@ -64,6 +65,22 @@ def llama_device_names(cluster: Cluster, layout: Layout) -> tuple[str, ...]:
     return tuple(names)
 
 
+def check_deployment_flags(deployment: Deployment, config: PlannerConfig) -> None:
+    """Refuse, before any search, the deployment's own settings that ``config.llama_cpp_build`` cannot
+    be given: its tensor overrides, flash attention, load mode (``InputError`` names the deployment
+    and says why). The flags a layout adds (experts kept on the host) are checked with its commands."""
+    try:
+        _check_own_flags(deployment.params, config.build)
+    except InputError as error:
+        raise InputError(f"deployment[{deployment.name}] {error.field}", error.problem) from None
+
+
+def _check_own_flags(params: LlamaParams, build: int) -> None:
+    check_flags(params.extra, build, "a tensor override of the deployment")
+    flash_attn_args(params.flash_attn, build)
+    load_mode_args(params.load_mode, build)
+
+
 def server_command(
     cluster: Cluster,
     layout: Layout,
@@ -86,7 +103,7 @@ def server_command(
     """
     main = cluster.worker(layout.main_worker)
     build = config.build
-    check_flags(params.extra, build, "a tensor override of the deployment")
+    _check_own_flags(params, build)
     own_args = params.model_copy(update={"load_mode": None, "flash_attn": "auto"}).to_args()
     argv: list[str] = ["-m", model_path, *own_args, *kind_switches(kind, params.extra)]
     argv += flash_attn_args(params.flash_attn, build)

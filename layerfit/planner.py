@@ -21,7 +21,7 @@ from layerfit.experts import (
     profile_with_host_experts,
     with_host_experts,
 )
-from layerfit.launch import commands
+from layerfit.launch import check_deployment_flags, commands
 from layerfit.memory import claims
 from layerfit.usage import use_of
 
@@ -81,6 +81,7 @@ def evaluate(
 ) -> Plan:
     """A plan for a layout chosen elsewhere: its claims, every violation, and the command lines."""
     started = time.perf_counter()
+    check_deployment_flags(deployment, config)
     profile = profile if profile is not None else resolve_profile(deployment)
     if layout.n_blocks != profile.n_blocks:
         raise InputError("layout.n_blocks", f"layout has {layout.n_blocks} blocks, the model has {profile.n_blocks}")
@@ -137,6 +138,7 @@ def plan(
     its limit says so in its ``EngineStats`` (``truncated`` in the heuristic's and explain's
     details, the solver's status).
     """
+    check_deployment_flags(deployment, config)  # a flag the build cannot take: refused before the search
     if deployment.has_ctx_range:
         return _plan_ctx_range(cluster, deployment, config, profile, explain=explain, deadline=deadline)
     from layerfit import solver

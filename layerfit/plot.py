@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import io
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,9 +145,7 @@ def _draw(ax: Any, rows: list[Bar], colours: dict[str, Any], title: str, tips: d
             left += segment.size
         capacity = bar.capacity / GiB
         if bar.free >= 0:
-            (patch,) = ax.barh(
-                y, bar.free / GiB, left=left / GiB, color="#eeeeee", edgecolor="#cccccc", linewidth=0.5
-            )
+            (patch,) = ax.barh(y, bar.free / GiB, left=left / GiB, color="#eeeeee", edgecolor="#cccccc", linewidth=0.5)
         else:
             (patch,) = ax.barh(
                 y,
@@ -174,9 +173,25 @@ def _draw(ax: Any, rows: list[Bar], colours: dict[str, Any], title: str, tips: d
     ax.set_yticks(range(len(rows)), [bar.label for bar in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
     widest = max((max(bar.needed, bar.capacity) for bar in rows), default=GiB) / GiB
-    ax.set_xlim(0, widest * 1.85)  # room for the labels
-    ax.set_xlabel("GiB (black tick: allocatable)")
-    ax.set_title(title, fontsize=10)
+    ticks = axis_ticks(widest)
+    right = widest * 1.85  # room for the labels, right of the axis
+    ax.set_xlim(0, right)
+    ax.set_xticks(ticks)
+    ax.spines["bottom"].set_bounds(0, ticks[-1])  # the axis ends at the first tick past the widest bar
+    ax.spines["top"].set_visible(False)
+    ax.spines["right"].set_visible(False)
+    ax.set_xlabel("GiB (black tick: allocatable)", x=ticks[-1] / 2 / right)  # centred under the axis
+    ax.set_title(title, fontsize=10, loc="left")
+
+
+def axis_ticks(widest: float) -> list[float]:
+    """Round ticks from 0 to the first one at or past ``widest`` (GiB): 1, 2, 2.5 or 5 times a power
+    of ten apart, at most 6 steps."""
+    widest = max(widest, 1e-9)
+    power = 10.0 ** math.floor(math.log10(widest))
+    step = next(power * f for f in (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0) if widest / (power * f) <= 6)
+    count = math.ceil(widest / step - 1e-9)
+    return [round(step * i, 10) for i in range(count + 1)]
 
 
 def _with_tooltips(svg: str, tips: dict[str, str]) -> str:

@@ -56,7 +56,19 @@ def test_a_tier_cut_short_has_no_bound_and_says_so() -> None:
     assert bounds[3].bound is None and bounds[3].gap is None and bounds[3].value == 0
     cut_plan = plan.model_copy(update={"bounds": bounds, "gap": None, "gap_tier": bounds[3].tier})
     shown = render_fleet(cut_plan, fleet().cluster)
-    assert "GPUs and workers used 0 GPUs: not proven, no bound" in shown and "%" not in shown
+    assert "GPUs and workers used: 0 GPUs, not proven, no bound" in shown and "%" not in shown
     # the whole plan: every tier proven, in its own units
     assert all(b.proven for b in plan.bounds)
-    assert "4 GPUs: proven best over all layouts" in render_fleet(plan, fleet().cluster)
+    assert "GPUs and workers used: 4 GPUs, proven best over all layouts" in render_fleet(plan, fleet().cluster)
+
+
+def test_a_tier_line_names_its_unit_once() -> None:
+    """The value's unit is written once: not ``priority weight placed 23 priority weight``."""
+    placed = tier_bound("priority weight placed", "priority weight", 23, 23.0, maximised=True, proven=True)
+    assert placed.text == "priority weight placed: 23, proven best over candidates"
+    moved = tier_bound("replicas moved", "replicas", 1, 1.0, maximised=False, proven=True)
+    assert moved.text.startswith("replicas moved: 1,")
+    one_gpu = tier_bound("GPUs and workers used", "GPUs", 1, 1.0, maximised=False, proven=True)
+    assert one_gpu.text.startswith("GPUs and workers used: 1 GPU,")
+    open_layers = tier_bound("layers on GPUs", "layers", 40, 48.0, maximised=True, proven=False)
+    assert open_layers.text == ("layers on GPUs: 40, not proven: best possible at most 48 over candidates (gap 16.7%)")

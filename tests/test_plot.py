@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from layerfit.cli import EXIT_NO_FIT, EXIT_PLACED, main
 from layerfit.domain import Cluster, Deployment, Layout
 from layerfit.io import load_file
 from layerfit.memory import claims
 from layerfit.planner import resolve_profile
-from layerfit.plot import bars
+from layerfit.plot import axis_ticks, bars
 
 EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
 CLUSTER = str(EXAMPLES / "cluster.yaml")
@@ -73,3 +77,27 @@ def test_a_placed_plan_shows_what_stays_free(tmp_path: Path) -> None:
     text = svg.read_text(encoding="utf-8")
     assert "<title>gpu-a:cuda:0: needs 21.78 GiB of 22.00 GiB: 225.0 MiB free after</title>" in text
     assert "<title>gpu-b:cuda:0: unused: 15.00 GiB free</title>" in text
+
+
+def test_the_axis_ends_at_the_largest_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GiB axis (line and ticks) stops at the first round tick past the largest bar (48 GiB of
+    gpu-a's RAM: 50), not near twice it, where only the labels need room."""
+    import matplotlib.pyplot as plt
+
+    drawn: list[Any] = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda figure: (drawn.append(figure), close(figure)))
+    deployment = str(EXAMPLES / "deployment.yaml")
+    assert main(["plan", "--cluster", CLUSTER, "--deployment", deployment, "--plot", str(tmp_path / "p.png")]) == 0
+    (ax,) = drawn[0].axes
+    ticks = list(ax.get_xticks())
+    assert ticks == [0, 10, 20, 30, 40, 50]
+    assert ax.spines["bottom"].get_bounds() == (0, 50) and ax.get_xlim()[1] > 50  # the labels' room
+
+
+def test_axis_ticks_are_round_and_reach_the_widest() -> None:
+    for widest in (0.3, 1.0, 7.0, 15.0, 24.67, 48.0, 100.0, 333.0):
+        ticks = axis_ticks(widest)
+        step = ticks[1] - ticks[0]
+        assert ticks[0] == 0 and ticks[-2] < widest <= ticks[-1] + 1e-9 and len(ticks) <= 7
+        assert all(abs(later - earlier - step) < 1e-9 for earlier, later in pairwise(ticks))

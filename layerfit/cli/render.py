@@ -8,7 +8,8 @@ from layerfit.domain.base import format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.fleet import FleetPlan, PlacedReplica, ReplicaChange
 from layerfit.domain.layout import Claims
-from layerfit.domain.plan import Plan
+from layerfit.domain.plan import Plan, Reason
+from layerfit.heuristics.notes import Action
 
 _VRAM_TERMS = ("weights", "output", "KV", "compute", "runtime", "total")
 _RAM_TERMS = ("fixed", "weights", "KV", "experts", "embed", "output", "compute", "total")
@@ -100,6 +101,38 @@ def ram_table(plan: Plan, claims: Claims) -> list[str]:
     return lines + notes
 
 
+_TRIED = {
+    Action.SINGLE_GPU.value: "all layers on one GPU",
+    Action.MULTI_GPU.value: "all layers split over one worker's GPUs",
+    Action.DISTRIBUTED.value: "main worker plus RPC servers",
+    Action.PARTIAL.value: "some layers on one worker's GPUs, the rest on its CPU",
+    Action.CPU_ONLY.value: "CPU only",
+}
+"""The layout each strategy tried, in words, for the memory it was short of."""
+
+
+def _tried(reason: Reason) -> str:
+    """`` (tried: ...)`` for a memory shortfall of a strategy's layout; empty otherwise."""
+    if reason.needed_bytes is None or reason.strategy not in _TRIED:
+        return ""
+    return f" (tried: {_TRIED[reason.strategy]})"
+
+
+def _layouts_differ(reasons: Sequence[Reason]) -> list[str]:
+    """Why one GPU's need differs between the layouts tried, when it does."""
+    needs: dict[tuple[str | None, int | None], set[int]] = {}
+    for reason in reasons:
+        if reason.resource == "vram" and reason.needed_bytes is not None and _tried(reason):
+            needs.setdefault((reason.worker, reason.gpu_index), set()).add(reason.needed_bytes)
+    if all(len(figures) < 2 for figures in needs.values()):
+        return []
+    return [
+        "  (needs differ by the layout tried: in a split every GPU holds its own compute buffer and runtime "
+        "cost, so the GPUs of a split need more in all than one GPU holding every layer; GPUStack's summary "
+        "below is for the layout of the first strategy that gave advice)"
+    ]
+
+
 def render_plan(plan: Plan) -> str:
     """A plan as text for a terminal: status, every term of every claim, reasons, command lines."""
     lines = [f"deployment {plan.deployment}: {plan.status.value}"]
@@ -119,8 +152,9 @@ def render_plan(plan: Plan) -> str:
     shown = set()
     for reason in plan.reasons:
         if reason.message not in shown:  # two strategies may give the same reason: print it once
-            lines.append(f"  ! {reason.severity.value}: {reason.message}")
+            lines.append(f"  ! {reason.severity.value}: {reason.message}{_tried(reason)}")
         shown.add(reason.message)
+    lines += _layouts_differ(plan.reasons)
     lines += [f"  {message}" for message in plan.messages if message not in shown]
     if plan.relaxations:
         lines.append("  would fit with any one of:")

@@ -23,6 +23,10 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
     check_plot_target(args.plot)
     commands_for = planner_config(args, time_limit_s=PER_DEPLOYMENT_SECONDS)
     fleet = load_file(Fleet, args.fleet)
+    from layerfit.launch import check_deployment_flags
+
+    for deployment in fleet.deployments:  # a flag the build cannot take: refused before the search
+        check_deployment_flags(deployment, commands_for)
     from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
 
     with progress_display(args, "replan") as shown:

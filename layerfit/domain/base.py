@@ -117,3 +117,8 @@ def format_bytes(n_bytes: int) -> str:
     if abs(n_bytes) >= GiB:
         return f"{n_bytes / GiB:.2f} GiB"
     return f"{n_bytes / MiB:.1f} MiB"
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 GPU``, ``2 GPUs``: a count with its noun (given in the plural), singular for one."""
+    return f"{n} {noun[:-1] if n == 1 and noun.endswith('s') else noun}"

@@ -7,7 +7,7 @@ from typing import Literal, Self
 
 from pydantic import Field, computed_field, model_validator
 
-from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt
+from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt, counted
 from layerfit.domain.choices import Executor as Executor
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import Policy
@@ -211,17 +211,25 @@ class TierBound(Frozen):
     """Layouts pricing added to the candidates."""
 
     @property
+    def counted(self) -> str:
+        """The value with its unit where the tier's name does not already say it (``23`` for
+        priority weight placed, ``3 GPUs`` for GPUs and workers used; ``1 GPU``, not ``1 GPUs``)."""
+        named = self.tier.startswith(f"{self.unit} ") and " and " not in self.tier
+        if not self.unit or named:
+            return str(self.value)
+        return counted(self.value, self.unit)
+
+    @property
     def text(self) -> str:
-        """``tier value (of at most / at least bound, gap, over)``, or ``no bound (not proven)``."""
+        """``tier: value (unit): proven best``, ``not proven, best possible at most / at least bound
+        (gap, over)``, or ``not proven, no bound``."""
+        head = f"{self.tier}: {self.counted}"
         if self.proven:
-            return f"{self.tier} {self.value} {self.unit}: proven best over {self.over}"
+            return f"{head}, proven best over {self.over}"
         if self.bound is None or self.gap is None:
-            return f"{self.tier} {self.value} {self.unit}: not proven, no bound"
+            return f"{head}, not proven, no bound"
         side = "at most" if self.tier in MAXIMISED_TIERS else "at least"
-        return (
-            f"{self.tier} {self.value} {self.unit}: not proven, best possible {side} {self.bound:g} "
-            f"over {self.over} (gap {self.gap:.1%})"
-        )
+        return f"{head}, not proven: best possible {side} {self.bound:g} over {self.over} (gap {self.gap:.1%})"
 
 
 MAXIMISED_TIERS = ("priority weight placed", "layers on GPUs")

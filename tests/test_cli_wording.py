@@ -1,0 +1,79 @@
+"""What a new user reads: each figure says what it is about, once, in plain words."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from layerfit.cli import main
+from layerfit.domain.base import GiB
+from layerfit.heuristics.notes import Action
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+CLUSTER = str(EXAMPLES / "cluster.yaml")
+TOO_BIG = str(EXAMPLES / "too-big.yaml")
+
+
+def test_explain_says_which_layout_each_need_is_for(capsys: pytest.CaptureFixture[str]) -> None:
+    """One GPU's need differs between the layouts tried (47.86 GiB alone, 24.67 GiB in a split), and
+    GPUStack's summary (48.79 GiB) is the split's total: the text says so."""
+    main(["explain", "--cluster", CLUSTER, "--deployment", TOO_BIG])
+    out = capsys.readouterr().out
+    vram_lines = [line for line in out.splitlines() if line.startswith("  ! error: GPU ")]
+    assert len(vram_lines) == 3
+    assert "needs 47.86 GiB VRAM" in vram_lines[0] and vram_lines[0].endswith("(tried: all layers on one GPU)")
+    assert all(line.endswith("(tried: all layers split over one worker's GPUs)") for line in vram_lines[1:])
+    assert "needs differ by the layout tried" in out
+    summary = re.search(r"The model requires approximately (\d+\.\d\d) GiB VRAM", out)
+    assert summary is not None
+    main(["explain", "--cluster", CLUSTER, "--deployment", TOO_BIG, "--json"])
+    reasons = json.loads(capsys.readouterr().out)["reasons"]
+    split = sum(r["needed_bytes"] for r in reasons if r["strategy"] == Action.MULTI_GPU.value and r["resource"])
+    alone = [r["needed_bytes"] for r in reasons if r["strategy"] == Action.SINGLE_GPU.value and r["resource"]]
+    assert f"{split / GiB:.2f}" == summary[1] and alone and alone[0] < split
+
+
+def test_counts_of_one_are_singular(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``1 RPC server``, ``1 block ... stays``: not ``1 RPC servers``, nor ``output layer: True``."""
+    text = (EXAMPLES / "deployment.yaml").read_text(encoding="utf-8")
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(text.replace(": true", ": false"), encoding="utf-8")
+    layout = tmp_path / "layout.yaml"
+    layout.write_text(
+        "main_worker: gpu-a\nn_blocks: 80\noutput_offloaded: false\ndevices:\n"
+        "  - {worker: gpu-b, gpu_index: 0, blocks: 19}\n  - {worker: gpu-a, gpu_index: 0, blocks: 30}\n"
+        "  - {worker: gpu-a, gpu_index: 1, blocks: 30}\n",
+        encoding="utf-8",
+    )
+    main(["plan", "--cluster", CLUSTER, "--deployment", str(deployment), "--layout", str(layout)])
+    reasons = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ! ")]
+    assert "  ! error: the layout uses 1 RPC server but distribution across workers is not allowed" in reasons
+    assert "  ! error: 1 block and the output layer stay on the CPU but CPU offloading is not allowed" in reasons
+
+
+def _no_search(*_: object, **__: object) -> None:
+    raise AssertionError("searched for a layout although the build cannot run the deployment's flags")
+
+
+@pytest.mark.parametrize("command", ["plan", "replan"])
+def test_a_flag_the_build_cannot_take_is_refused_before_the_search(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """``-fa auto`` (the default) on a build whose ``-fa`` is a plain switch: exit 2 at once."""
+    import layerfit.fleet
+    import layerfit.heuristics.moe
+
+    monkeypatch.setattr(layerfit.heuristics.moe, "plan_with_experts", _no_search)
+    monkeypatch.setattr(layerfit.fleet, "plan_fleet", _no_search)
+    inputs = (
+        ["plan", "--cluster", CLUSTER, "--deployment", str(EXAMPLES / "deployment.yaml")]
+        if command == "plan"
+        else ["replan", str(EXAMPLES / "fleet.yaml")]
+    )
+    assert main([*inputs, "--llama-cpp-build", "b4908"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("layerfit: error: deployment[llama-70b] flash_attn auto: llama.cpp b4908 has no -fa auto")
+    assert "give -fa on or -fa off" in err and "Traceback" not in err
