@@ -176,6 +176,20 @@ def timed_plans(fleet: Fleet, config: FleetConfig, runs: int) -> tuple[list[Flee
     return plans, times
 
 
+def plan_key(plan: FleetPlan) -> tuple[object, ...]:
+    """What must be the same on every run of the same input: placements, objective, bounds."""
+    return plan.placements, plan.objective, tuple((b.bound, b.gap) for b in plan.bounds)
+
+
+def run_text(plans: list[FleetPlan]) -> str:
+    """Whether the runs gave one plan; per run, how the footprint search ended and the safety stops."""
+    distinct = len({plan_key(p) for p in plans})
+    same = "same plan" if distinct == 1 else f"{distinct} DIFFERENT plans"
+    details = [p.stats[0].details for p in plans]
+    ends = [f"search {d.get('footprint_search', '-')}, safety stops: {d.get('safety_stops')}" for d in details]
+    return f"    {same} in {len(plans)} runs; " + " | ".join(ends)
+
+
 def row(label: str, fleet: Fleet, plans: list[FleetPlan], times: list[float]) -> str:
     last = plans[-1]
     return (
@@ -183,7 +197,7 @@ def row(label: str, fleet: Fleet, plans: list[FleetPlan], times: list[float]) ->
         f"weight {spread([weight(fleet, p.placements) for p in plans]):>9} "
         f"GPUs {spread([gpus_used(p.placements) for p in plans]):>9} {spread(times, '{:.1f}'):>10}s "
         f"(CPU {spread(CPU[-len(plans):], '{:.1f}')}s, load {os.getloadavg()[0]:.1f}) "
-        f"{last.status.value}; {bound_text(last)}"
+        f"{last.status.value}; {bound_text(last)}\n{run_text(plans)}"
     )
 
 

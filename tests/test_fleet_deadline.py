@@ -113,7 +113,7 @@ def test_candidate_generation_stops_at_its_deadline_and_says_so(monkeypatch: pyt
     monkeypatch.setattr(fleet_plan, "CANDIDATE_SHARE", 0.0)
     planned = Fleet(cluster=cluster, deployments=(one_gpu,))
     plan = plan_fleet(planned, CONFIG, PLANNER)
-    assert plan.stats[0].details["candidate_generation"] == "cut short at the deadline for 1 deployments"
+    assert plan.stats[0].details["candidate_generation"] == "cut short at its share of the time limit for 1 deployments"
     skipped = [r for r in plan.reasons if r.kind is ReasonKind.STRATEGY_SKIPPED and r.resource == "time_limit_s"]
     assert len(skipped) == 1 and "candidate generation" in skipped[0].message and len(plan.placements) == 1
     monkeypatch.setattr(fleet_plan, "CANDIDATE_SHARE", 0.3)

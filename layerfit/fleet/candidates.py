@@ -8,8 +8,10 @@ worker, the single-deployment planner's layouts over the whole cluster.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from layerfit.check import checked_claims, offload_order_reasons, rule_reasons
@@ -18,6 +20,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.layout import Claims, DeviceAssignment, Layout
 from layerfit.domain.profile import MemoryProfile
+from layerfit.fleet.budget import HOST_LAYOUT_S, PLANNER_S
 from layerfit.layouts import worker_layouts
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import make_layout
@@ -189,24 +192,50 @@ class _Shared:
         return self._planner
 
 
-def _member_candidates(
-    shared: _Shared, member: Member, limit: int, until: float | None = None
-) -> tuple[CandidateSet, bool]:
-    """The member's candidates, and whether they were cut short: past ``until`` (``time.time()``,
-    comparable across processes) a deployment that fits on one GPU keeps its current layouts and
-    single-GPU ones (cheap), and more (multi-GPU per worker, then the planner's) are looked for
-    only while it has fewer than its replicas; one that needs several GPUs gets all its multi-GPU
-    layouts."""
+@dataclass
+class Allowance:
+    """What one group's candidate generation may still do: ``work_s`` nominal seconds (each
+    worker's multi-GPU layout and the planner's layouts at a fixed cost), and ``until``
+    (``time.time()``, comparable across processes) as the wall-clock safety stop."""
+
+    work_s: float = math.inf
+    until: float | None = None
+    cut: bool = False
+    """A layout was not looked for: the work budget was spent."""
+    stopped: bool = False
+    """A layout was not looked for: the safety stop fired first."""
+
+    def take(self, cost_s: float) -> bool:
+        """Whether an optional step of this cost may run (charged if so)."""
+        if cost_s > self.work_s:
+            self.cut = True
+            return False
+        if self.until is not None and time.time() >= self.until:
+            self.stopped = True
+            return False
+        self.work_s -= cost_s
+        return True
+
+    def charge(self, cost_s: float) -> None:
+        """A step that runs whatever is left."""
+        self.work_s = max(0.0, self.work_s - cost_s)
+
+
+def _member_candidates(shared: _Shared, member: Member, limit: int, allowance: Allowance) -> CandidateSet:
+    """The member's candidates: its current layouts and single-GPU ones (cheap); a multi-GPU
+    layout per worker (then the planner's) while the allowance lasts, or whatever it costs while
+    the deployment has fewer candidates than replicas or needs several GPUs."""
     current, offset, replicas = member
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
     found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
     fits_one_worker = bool(shared.fitting[0])
-    cut = False
     for worker in _stratified(shared.hosts, limit, offset):
-        past = until is not None and time.time() >= until
-        if past and shared.fitting[0] and len(found) >= replicas and not shared.has_host(worker):
-            cut = True
-            continue
+        if not shared.has_host(worker):
+            optional = bool(shared.fitting[0]) and len(found) >= replicas
+            if optional and not allowance.take(HOST_LAYOUT_S):
+                continue
+            if not optional:
+                allowance.charge(HOST_LAYOUT_S)
         multi = shared.on_host(worker)
         if multi is not None:
             found.append(multi)
@@ -214,14 +243,22 @@ def _member_candidates(
     if not fits_one_worker:
         # Nothing fits fully on one worker: let the single-deployment planner find distributed or
         # partial layouts over the whole cluster.
-        if until is None or time.time() < until or len(found) < replicas or shared.has_planner():
+        needed = len(found) < replicas and not shared.has_planner()
+        if needed:
+            allowance.charge(PLANNER_S)
+        if needed or shared.has_planner() or allowance.take(PLANNER_S):
             found += shared.planner()
-        else:
-            cut = True
     unique: dict[Layout, Claims] = {}
     for layout, claims in found:
         unique.setdefault(layout, claims)
-    return tuple(unique.items()), cut
+    return tuple(unique.items())
+
+
+def host_demand(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, members: int, limit: int) -> float:
+    """Nominal seconds a group of identical deployments' candidates take at most, about."""
+    hosts = len(_multi_gpu_hosts(cluster, deployment, profile))
+    looked_at = hosts if limit <= 0 else min(hosts, limit * members)
+    return HOST_LAYOUT_S * looked_at + (0.0 if hosts else PLANNER_S)
 
 
 def group_candidates(
@@ -232,13 +269,29 @@ def group_candidates(
     members: Sequence[Member],
     limit: int = 0,
     until: float | None = None,
+    work_s: float = math.inf,
 ) -> tuple[tuple[CandidateSet, ...], bool]:
     """``generate_candidates`` for each of identical deployments (same profile and rules), sharing
     the work: the fitting GPUs, each worker's multi-GPU layout and the planner's layouts; and
-    whether any was cut short at ``until`` (``time.time()``)."""
+    whether any was cut short (by ``work_s``, or at ``until``: ``time.time()``)."""
+    sets, allowance = budgeted_candidates(
+        cluster, deployment, profile, config, members, limit, Allowance(work_s, until)
+    )
+    return sets, allowance.cut or allowance.stopped
+
+
+def budgeted_candidates(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    members: Sequence[Member],
+    limit: int,
+    allowance: Allowance,
+) -> tuple[tuple[CandidateSet, ...], Allowance]:
+    """``group_candidates`` within ``allowance``, which comes back with what cut it short."""
     shared = _Shared(cluster, deployment, profile, config)
-    found = [_member_candidates(shared, member, limit, until) for member in members]
-    return tuple(options for options, _ in found), any(cut for _, cut in found)
+    return tuple(_member_candidates(shared, member, limit, allowance) for member in members), allowance
 
 
 def generate_candidates(
@@ -283,12 +336,12 @@ def valid_candidates(
     return tuple(valid)
 
 
-GroupTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int, float | None]
+GroupTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int, Allowance]
 
 
-def group_task(args: GroupTask) -> tuple[tuple[CandidateSet, ...], bool]:
+def group_task(args: GroupTask) -> tuple[tuple[CandidateSet, ...], Allowance]:
     """A group of identical deployments' candidates from a picklable task (for the executors)."""
-    return group_candidates(*args)
+    return budgeted_candidates(*args)
 
 
 def identical_groups(deployments: Sequence[Deployment], profiles: Mapping[str, MemoryProfile]) -> list[list[int]]:

@@ -3,19 +3,32 @@ deployments, on the configured executor), and the one-at-a-time seed that joins 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from layerfit.deadline import Deadline
+from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import Fleet, FleetConfig
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
-from layerfit.fleet.candidates import CandidateSet, GroupTask, group_task, identical_groups, valid_candidates
+from layerfit.fleet.budget import SEED_PER_GPU_S, Budget
+from layerfit.fleet.candidates import (
+    Allowance,
+    CandidateSet,
+    GroupTask,
+    group_task,
+    host_demand,
+    identical_groups,
+    valid_candidates,
+)
 from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.sequential import heuristic_layout, plan_sequential
+
+SEED_STAGE = "the one-at-a-time seed"
 
 
 def fleet_candidates(
@@ -23,37 +36,48 @@ def fleet_candidates(
     profiles: Mapping[str, MemoryProfile],
     config: FleetConfig,
     planner_config: PlannerConfig,
-    deadline: Deadline | None = None,
+    budget: Budget | None = None,
 ) -> tuple[list[CandidateSet], list[str]]:
     """Every deployment's candidates, one task per group of identical deployments; and the
-    deployments whose candidates were cut short at ``deadline`` (no multi-GPU or planner layouts
-    looked for past it)."""
+    deployments whose candidates were cut short by ``budget`` (no more multi-GPU or planner layouts
+    looked for). Each group gets a part of the budget in proportion to what it may need, so that
+    the cut is the same on every executor and under any load; the wall clock is a safety stop."""
     current_layouts: dict[str, list[Layout]] = defaultdict(list)
     for placement in fleet.current:
         current_layouts[placement.deployment].append(placement.layout)
     groups = identical_groups(fleet.deployments, profiles)
     # time.time(), not the deadline's perf_counter: the tasks may run in other processes
-    until = None if deadline is None else time.time() + deadline.remaining()
+    until = None if budget is None else time.time() + budget.deadline.remaining()
+    limit = config.max_single_gpu_candidates
+    firsts = [fleet.deployments[group[0]] for group in groups]
+    demands = [
+        host_demand(fleet.cluster, first, profiles[first.name], len(group), limit)
+        for first, group in zip(firsts, groups, strict=True)
+    ]
+    scale = 1.0 if budget is None else min(1.0, budget.left() / max(1e-9, sum(demands)))
     tasks: list[GroupTask] = []
-    for group in groups:
-        first = fleet.deployments[group[0]]
+    for group, first, demand in zip(groups, firsts, demands, strict=True):
         members = tuple(
             (tuple(dict.fromkeys(current_layouts[fleet.deployments[d].name])), d, fleet.deployments[d].replicas)
             for d in group
         )
-        limit = config.max_single_gpu_candidates
-        tasks.append((fleet.cluster, first, profiles[first.name], planner_config, members, limit, until))
+        allowance = Allowance(math.inf if budget is None or scale >= 1.0 else demand * scale, until)
+        tasks.append((fleet.cluster, first, profiles[first.name], planner_config, members, limit, allowance))
     found: list[CandidateSet] = [()] * len(fleet.deployments)
     cut: list[str] = []
-    for group, (sets, cut_short) in zip(groups, run_tasks(group_task, tasks, config), strict=True):
+    for group, (sets, allowance) in zip(groups, run_tasks(group_task, tasks, config), strict=True):
         for d, options in zip(group, sets, strict=True):
             found[d] = options
-        cut += [fleet.deployments[d].name for d in group] if cut_short else []
+        cut += [fleet.deployments[d].name for d in group] if allowance.cut or allowance.stopped else []
+        if allowance.stopped and budget is not None:
+            budget.safety_stop("candidate generation")
+    if budget is not None:
+        budget.spend(min(budget.left(), sum(demands)))
     return found, cut
 
 
 def cut_candidates(cut: Sequence[str]) -> tuple[str, tuple[Reason, ...]]:
-    """What the plan says of candidate generation: ``complete``, or cut short at its deadline."""
+    """What the plan says of candidate generation: ``complete``, or cut short at its share of the time limit."""
     if not cut:
         return "complete", ()
     named = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
@@ -63,7 +87,7 @@ def cut_candidates(cut: Sequence[str]) -> tuple[str, tuple[Reason, ...]]:
         "find) are candidates; a larger time_limit_s gives them their multi-GPU and distributed layouts"
     )
     reason = Reason(kind=ReasonKind.STRATEGY_SKIPPED, resource="time_limit_s", severity=Severity.INFO, message=message)
-    return f"cut short at the deadline for {len(cut)} deployments", (reason,)
+    return f"cut short at its share of the time limit for {len(cut)} deployments", (reason,)
 
 
 def with_sequential_seed(
@@ -72,18 +96,33 @@ def with_sequential_seed(
     candidates: list[CandidateSet],
     config: FleetConfig,
     planner_config: PlannerConfig,
-    deadline: Deadline | None = None,
+    budget: Budget | None = None,
 ) -> tuple[list[CandidateSet], list[tuple[str, Layout]], bool]:
     """One at a time, GPUStack's way: its layouts join the candidates and its assignment is one of
-    the starting solutions, so the joint plan is never behind it on the tiers. Past ``deadline`` the
+    the starting solutions, so the joint plan is never behind it on the tiers. Once ``budget`` is
+    spent (each replica costs the same, by the cluster's size) or its safety stop fires, the
     replicas left are not tried (the last value: whether every replica was)."""
     if config.sequential_seed is None:
         return candidates, [], True
     seed_config = planner_config.model_copy(update={"policy": config.sequential_seed})
-    placed, _ = plan_sequential(
-        fleet, lambda c, d, p: heuristic_layout(c, d, p, seed_config, deadline), profiles, deadline
-    )
-    complete = deadline is None or not deadline.expired()
+    cost = SEED_PER_GPU_S * sum(len(worker.gpus) for worker in fleet.cluster.workers)
+    skipped: list[str] = []
+
+    def seed_layout(cluster: Cluster, deployment: Deployment, profile: MemoryProfile) -> Layout | None:
+        if budget is not None and (not budget.affords(cost) or budget.expired(SEED_STAGE)):
+            skipped.append(deployment.name)
+            return None
+        if budget is not None:
+            budget.spend(cost)
+        layout = heuristic_layout(
+            cluster, deployment, profile, seed_config, None if budget is None else budget.deadline
+        )
+        if budget is not None:
+            budget.expired(SEED_STAGE)  # the heuristic may have been cut short by the clock
+        return layout
+
+    placed, _ = plan_sequential(fleet, seed_layout, profiles)
+    complete = not skipped
     seed = [(p.deployment, p.layout) for p in placed]
     extra: dict[str, list[Layout]] = defaultdict(list)
     for name, layout in seed:

@@ -26,6 +26,7 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
+from layerfit.fleet.budget import Budget
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.gaps import UNITS, gpus_bound
 from layerfit.fleet.gaps import tier_bound as gap_bound
@@ -114,11 +115,13 @@ def choose(
     planner_config: PlannerConfig = PlannerConfig(),
     seed: Sequence[tuple[str, Layout]] = (),
     deadline: Deadline | None = None,
+    budget: Budget | None = None,
 ) -> FleetPlan:
     """The master problem over given candidates (one set per deployment, in fleet order), and the moves.
 
     ``seed`` (deployment, layout) pairs, such as a one-at-a-time placement, start the search. The
-    master's tiers stop at ``deadline`` (less a share for decoding), else after ``config.time_limit_s``.
+    master's tiers spend ``budget`` (less a share for decoding; default: the work budget of the
+    time to ``deadline``, else of ``config.time_limit_s``), the wall clock as a safety stop.
     """
     started = time.perf_counter()
     cluster, deployments = fleet.cluster, fleet.deployments
@@ -130,9 +133,9 @@ def choose(
     for name, layout in seed:
         seeded[name][layout] += 1
     master = Master(cluster, deployments, candidates, current_counts(fleet), pins, seeded)
-    if deadline is not None:
-        config = config.model_copy(update={"time_limit_s": max(0.05, deadline.remaining() * (1 - DECODE_SHARE))})
-    outcome = solve_tiers(master, config)
+    if budget is None:
+        budget = Budget.of(config.time_limit_s if deadline is None else deadline.remaining(), deadline)
+    outcome = solve_tiers(master, config, budget.part(1 - DECODE_SHARE))
     placed, unplaced = _replicas(deployments, candidates, outcome.counts, current_by)
     if capacity_reasons(cluster, *(p.claims for p in placed)):
         raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")
@@ -156,6 +159,8 @@ def choose(
             "candidates": sum(len(options) for options in candidates),
             "deployments": len(deployments),
             "executor": config.executor.value,
+            **outcome.details,
+            "safety_stops": ", ".join(budget.stops) or "none",
         },
     )
     return FleetPlan(

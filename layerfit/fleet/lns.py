@@ -11,18 +11,23 @@ than the incumbent on any tier, in order.
 
 A group starts from the worker whose used GPUs are the emptiest and adds the workers where its
 replicas' candidates lie, those with the most free VRAM on GPUs already in use first. Each group is
-solved with one CP-SAT worker, a fixed seed and a deterministic time limit, so the same input gives
-the same plan whenever the search ends before the deadline (a full pass with nothing improved).
+solved with one CP-SAT worker, a fixed seed and a deterministic time limit, and the search stops
+when a full pass improves nothing or its work budget (``budget``: each group charged for its size
+and its deterministic time) is spent, so the same input gives the same plan; the wall clock only
+stops it as a safety stop, which the plan reports.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from layerfit.deadline import Deadline
+from layerfit.fleet.budget import DETERMINISTIC_PER_S, GROUP_PER_OPTION_S, GROUP_SOLVE_S, Budget
 from layerfit.fleet.master import Counts, Master, ResourceKey
 
 GROUP_WORKERS = 4
@@ -162,17 +167,18 @@ class _Group:
             objective.append(weight[isinstance(key, tuple)] * flag)
         self.model.minimize(sum(objective))
 
-    def solve(self, seed: int, deadline: Deadline) -> bool:
-        """Solve the group; move the incumbent to its plan when it has a smaller footprint."""
+    def solve(self, seed: int, budget: Budget) -> bool:
+        """Solve the group within ``budget``; move the incumbent to its plan when it has a smaller footprint."""
         if not self.y:
             return False
         master, counts = self.search.master, self.search.counts
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = seed
-        solver.parameters.max_deterministic_time = GROUP_DETERMINISTIC_S
-        solver.parameters.max_time_in_seconds = max(0.01, deadline.remaining())
-        if solver.solve(self.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        budget.limit(solver, min(GROUP_DETERMINISTIC_S / DETERMINISTIC_PER_S, budget.left()))
+        status = solver.solve(self.model)
+        budget.charge(solver, status, STAGE)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return False
         proposal = [list(row) for row in counts]
         for (d, c), var in self.y.items():
@@ -183,22 +189,53 @@ class _Group:
         return True
 
 
-def improve_footprint(master: Master, counts: Counts, deadline: Deadline, seed: int = 0) -> Counts:
+STAGE = "the footprint search by groups of workers"
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """The incumbent after the search, the groups solved, and why it ended: ``converged`` (a full
+    pass improved nothing), ``budget`` (its work budget was spent) or ``wall clock`` (the safety stop)."""
+
+    counts: Counts
+    groups: int
+    ended: str
+
+
+def group_cost(master: Master) -> float:
+    """Nominal cost of building and solving one group, beyond its deterministic time."""
+    return GROUP_SOLVE_S + GROUP_PER_OPTION_S * sum(len(row) for row in master.loads)
+
+
+def search_footprint(master: Master, counts: Counts, budget: Budget, seed: int = 0) -> SearchOutcome:
     """The incumbent with fewer GPUs and workers where groups of workers allow it (module docstring)."""
     search = _Search(master, counts, seed)
     tried: set[tuple[str, ...]] = set()
+    cost = group_cost(master)
+    groups = 0
     improved = True
-    while improved and not deadline.expired():
+    while improved:
         improved = False
         for source in search.order():
-            if deadline.expired():
-                break
+            if not budget.affords(cost):
+                return SearchOutcome(search.counts, groups, "budget")
+            if budget.expired(STAGE):
+                return SearchOutcome(search.counts, groups, "wall clock")
             workers = search.group(source)
             key = tuple(sorted(workers))
             if key in tried:
                 continue
             tried.add(key)
-            if _Group(search, workers).solve(seed, deadline):
+            budget.spend(cost)
+            groups += 1
+            if _Group(search, workers).solve(seed, budget):
                 improved = True
                 tried.clear()
-    return search.counts
+    return SearchOutcome(search.counts, groups, "converged")
+
+
+def improve_footprint(master: Master, counts: Counts, limit: Deadline | Budget, seed: int = 0) -> Counts:
+    """``search_footprint`` within a work budget, or (given a deadline) until it converges or the
+    deadline passes."""
+    budget = limit if isinstance(limit, Budget) else Budget(math.inf, limit)
+    return search_footprint(master, counts, budget, seed).counts

@@ -15,8 +15,9 @@ from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, UnplacedReplica
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Status
 from layerfit.domain.profile import MemoryProfile
+from layerfit.fleet.budget import Budget, safety_reason
 from layerfit.fleet.candidates import CandidateSet
-from layerfit.fleet.colgen import LAYERS, PLACED, ColumnGeneration, Goal, reached, tier_bound, trivial_bounds
+from layerfit.fleet.colgen import LAYERS, PLACED, Bound, ColumnGeneration, Goal, reached, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
 from layerfit.fleet.generate import cut_candidates, fleet_candidates, with_sequential_seed
 from layerfit.fleet.joint import DECODE_SHARE, candidate_bounds, choose, current_counts, pin_reasons
@@ -69,20 +70,21 @@ def plan_fleet(
     original = fleet
     started = time.perf_counter()
     deadline = Deadline.after(config.time_limit_s)
+    budget = Budget.of(config.time_limit_s, deadline)
     screened = screen(fleet)
     fleet, profiles = screened.fleet, screened.profiles
-    candidates, cut = fleet_candidates(fleet, profiles, config, planner_config, deadline.share(CANDIDATE_SHARE))
+    candidates, cut = fleet_candidates(fleet, profiles, config, planner_config, budget.part(CANDIDATE_SHARE))
     generation, generation_reasons = cut_candidates(cut)
     candidates, seed, seed_complete = with_sequential_seed(
-        fleet, profiles, candidates, config, planner_config, deadline.share(SEED_SHARE)
+        fleet, profiles, candidates, config, planner_config, budget.part(SEED_SHARE)
     )
     generation_s = time.perf_counter() - started
     # the command lines are written after the master, within the same limit
-    master_deadline = Deadline(deadline.at - config.time_limit_s * COMMANDS_SHARE)
+    master = budget.part(1.0, Deadline(deadline.at - config.time_limit_s * COMMANDS_SHARE))
     if config.column_generation:
-        result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed, master_deadline)
+        result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed, master)
     else:
-        result = choose(fleet, profiles, candidates, config, planner_config, seed, master_deadline)
+        result = choose(fleet, profiles, candidates, config, planner_config, seed, budget=master)
     stats = result.stats[0].model_copy(
         update={
             "details": {
@@ -90,9 +92,11 @@ def plan_fleet(
                 "candidate_generation_s": round(generation_s, 3),
                 "candidate_generation": generation,
                 "sequential_seed": "complete" if seed_complete else f"cut short at {len(seed)} replicas",
+                "safety_stops": ", ".join(budget.stops) or "none",
             },
         }
     )
+    safety = safety_reason(budget.stops)
     unplaced = [
         UnplacedReplica(deployment=d.name, replica=r, reasons=(screened.unplaceable[d.name],))
         for d in original.deployments
@@ -102,7 +106,7 @@ def plan_fleet(
     result = result.model_copy(
         update={
             "stats": (stats,),
-            "reasons": (*screened.reasons, *generation_reasons, *result.reasons),
+            "reasons": (*screened.reasons, *generation_reasons, *result.reasons, *([safety] if safety else [])),
             "unplaced": (*result.unplaced, *unplaced),
         }
     )
@@ -118,13 +122,14 @@ def _with_column_generation(
     config: FleetConfig,
     planner_config: PlannerConfig,
     seed: Sequence[tuple[str, Layout]],
-    deadline: Deadline,
+    budget: Budget,
 ) -> FleetPlan:
     """The integer master over the candidates alone (the plan without pricing); column generation
     on the placement tier, then on the layers tier (floor: that plan's placed weight); the master
     over all columns, started from the first plan, when columns were added or the first plan is not
     proven. The better plan on the tiers in order is kept, so pricing never makes the plan worse
-    than the first one. The bounds hold over all layouts."""
+    than the first one. The bounds hold over all layouts. Every choice between stages is made on
+    the work budget left, not on the clock, so that it is the same on every run."""
     weights = priority_weights(fleet.deployments)
     trivial_placed, trivial_layers = trivial_bounds(fleet.deployments, profiles, weights)
     pins, _ = pin_reasons(fleet, profiles, planner_config)
@@ -143,35 +148,35 @@ def _with_column_generation(
     # the first two tiers: the master over the candidates gets the whole time, as without pricing.
     seed_values = (sum(weights[name] for name, _ in seed), sum(layout.gpu_layers for _, layout in seed))
     first_share = 1.0 if seed_values >= (trivial_placed, trivial_layers) else FIRST_MASTER_SHARE
-    plan = choose(fleet, profiles, candidates, config, planner_config, seed, deadline.share(first_share))
+    plan = choose(fleet, profiles, candidates, config, planner_config, seed, budget=budget.part(first_share))
     share = config.column_generation_share
     nominal = config.time_limit_s * (1 - FIRST_MASTER_SHARE) * share
     values = plan.objective
     placed_bound = (
         reached(Goal(PLACED), trivial_placed)
         if values and values[0] >= trivial_placed
-        else cg.run(Goal(PLACED), deadline.share(share * 0.6).at, trivial_placed, budget_s=nominal * 0.6)
+        else _priced(cg, Goal(PLACED), budget, trivial_placed, nominal * 0.6)
     )
     layers_goal = Goal(LAYERS, placed_floor=values[0] if values else 0)
     layers_bound = (
         reached(layers_goal, trivial_layers)
         if len(values) > 1 and values[1] >= trivial_layers
-        else cg.run(layers_goal, deadline.share(share * 0.4).at, trivial_layers, budget_s=nominal * 0.4)
+        else _priced(cg, layers_goal, budget, trivial_layers, nominal * 0.4)
     )
     # Again over all columns when pricing added some, or to go on with a plan not proven while a
-    # good part of the time is left; the moves and GPUs tiers' bounds get the rest.
-    unproven = plan.status is not Status.OPTIMAL and deadline.remaining() > config.time_limit_s * AGAIN_SHARE
-    if (cg.added and deadline.remaining() > 0.2) or unproven:
+    # good part of the budget is left; the moves and GPUs tiers' bounds get the rest.
+    unproven = plan.status is not Status.OPTIMAL and budget.left() > budget.nominal_s * AGAIN_SHARE
+    if (cg.added and budget.left() > 0.2) or unproven:
         start = [(p.deployment, p.layout) for p in plan.placements]
         again = choose(
-            fleet, profiles, cg.candidate_sets(), config, planner_config, start, deadline.share(1 - LATER_SHARE)
+            fleet, profiles, cg.candidate_sets(), config, planner_config, start, budget=budget.part(1 - LATER_SHARE)
         )
         if again.objective > plan.objective:
             plan = again
     bounds = (
         tier_bound(placed_bound, plan.bounds[0].value),
         tier_bound(layers_bound, plan.bounds[1].value),
-        *later_bounds(cg, plan, deadline, config.time_limit_s * LATER_SHARE * share),
+        *later_bounds(cg, plan, budget.deadline, config.time_limit_s * LATER_SHARE * share),
     )
     gap = next((b.gap for b in bounds if b.tier == plan.gap_tier), None)
     stats = plan.stats[0].model_copy(
@@ -185,3 +190,14 @@ def _with_column_generation(
         }
     )
     return plan.model_copy(update={"bounds": bounds, "gap": gap, "stats": (stats,)})
+
+
+def _priced(cg: ColumnGeneration, goal: Goal, budget: Budget, trivial: float, nominal: float) -> Bound:
+    """Column generation on one tier, charged its nominal budget: its rounds end on the clock (it
+    has no work budget of its own), after at most that many seconds; when they do, the plan says so."""
+    stop = Deadline.after(nominal).earlier(budget.deadline)
+    bound = cg.run(goal, stop.at, trivial, budget_s=nominal)
+    budget.spend(min(budget.left(), nominal))
+    if stop.expired():
+        budget.safety_stop(f"column generation ({goal.tier})")
+    return bound

@@ -10,17 +10,17 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from layerfit.deadline import Deadline
 from layerfit.domain.fleet import FleetConfig
 from layerfit.domain.plan import Status
 from layerfit.errors import SolverError
+from layerfit.fleet.budget import Budget
 from layerfit.fleet.gaps import gap
 from layerfit.fleet.greedy import greedy
-from layerfit.fleet.lns import GROUP_WORKERS, footprint, improve_footprint
+from layerfit.fleet.lns import GROUP_WORKERS, footprint, search_footprint
 from layerfit.fleet.master import Counts, Master
 from layerfit.progress import Progress, report, solution_callback
 
@@ -74,6 +74,8 @@ class TierOutcome:
     master_bounds: tuple[float, ...] = ()
     proven: tuple[bool, ...] = ()
     """Per tier solved: optimal over the candidates (given the earlier tiers' values)."""
+    details: dict[str, str] = field(default_factory=dict)
+    """How the footprint search by groups of workers ended, where it ran."""
 
 
 def _solver(config: FleetConfig) -> cp_model.CpSolver:
@@ -86,9 +88,11 @@ def _solver(config: FleetConfig) -> cp_model.CpSolver:
 class _Stages:
     """The tiers solved so far: incumbent, values, status and the first gap."""
 
-    def __init__(self, master: Master, config: FleetConfig) -> None:
+    def __init__(self, master: Master, config: FleetConfig, budget: Budget) -> None:
         self.master = master
         self.config = config
+        self.budget = budget
+        self.details: dict[str, str] = {}
         self.started = time.perf_counter()
         self.solver = _solver(config)
         self.values: list[int] = []
@@ -145,35 +149,37 @@ class _Stages:
             and self.master.tier_values(self.counts)[position] == tier.simple_bound
         )
 
-    def _remaining(self) -> float:
-        return self.config.time_limit_s - (time.perf_counter() - self.started)
-
     def _search_footprint(self, share: float) -> bool:
         """On a fleet larger than one group of workers, the GPUs and workers tier first improves
         the incumbent group by group (``lns``): on a master too large for CP-SAT to improve within
-        the limit (``FULL_SOLVE_MAX_VARS``) for the whole share, else for most of it. Whether
-        CP-SAT over the whole master is still to run (there is time left for it)."""
+        the limit (``FULL_SOLVE_MAX_VARS``) with the whole share, else with most of it. Whether
+        CP-SAT over the whole master is still to run (the search converged, or the master is small)."""
         if self.counts is None or self.master.n_workers <= GROUP_WORKERS:
             return True
         large = len(self.master.all_vars()) > FULL_SOLVE_MAX_VARS
-        search = Deadline.after(share * (1.0 if large else SEARCH_SHARE))
-        self.counts = improve_footprint(self.master, self.counts, search, self.config.seed)
+        fraction = share / max(1e-9, self.budget.left()) * (1.0 if large else SEARCH_SHARE)
+        outcome = search_footprint(self.master, self.counts, self.budget.part(fraction), self.config.seed)
+        self.counts = outcome.counts
+        self.details["footprint_search"] = f"{outcome.ended} after {outcome.groups} groups"
         self._hint(self.counts)
-        return not (large and search.expired())
+        return not (large and outcome.ended != "converged")
 
     def solve(self, position: int, tier: Tier, n_tiers: int) -> bool:
-        """Solve one tier with its share of the remaining time, never ending worse on it than the
-        incumbent; whether there was time to."""
-        remaining = self._remaining()
-        if remaining <= 0.05:
+        """Solve one tier with its share of the work budget left (the wall clock's share as its
+        safety stop), never ending worse on it than the incumbent; whether there was budget to."""
+        stage = _stage(position, n_tiers)
+        left = self.budget.left()
+        if left <= 0.05 or self.budget.expired(stage):
             return False
-        share = remaining / (n_tiers - position) if position < n_tiers - 1 else remaining
+        share = left / (n_tiers - position) if position < n_tiers - 1 else left
         if position == FOOTPRINT:
             if not self._search_footprint(share):
                 self.keep(position, tier)
                 return True
-            share = max(0.05, share - (remaining - self._remaining()))
-        self.solver.parameters.max_time_in_seconds = share if self.counts is not None else remaining * 0.7
+            share = max(0.05, share - (left - self.budget.left()))
+        nominal = share if self.counts is not None else left * 0.7
+        tier_budget = self.budget.part(nominal / max(1e-9, self.budget.left()))
+        tier_budget.limit(self.solver, nominal)
         if tier.maximize:
             self.master.model.maximize(tier.expression)
         else:
@@ -181,6 +187,7 @@ class _Stages:
         unit = TIER_UNITS[position] if position < len(TIER_UNITS) else ""
         callback = solution_callback(_stage(position, n_tiers), unit, self.started) if self.config.progress else None
         outcome = self.solver.solve(self.master.model, callback)
+        tier_budget.charge(self.solver, outcome, stage)
         if outcome == cp_model.INFEASIBLE:
             raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
         if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -206,14 +213,14 @@ class _Stages:
         return value > incumbent if tier.maximize else value < incumbent
 
 
-def solve_tiers(master: Master, config: FleetConfig) -> TierOutcome:
-    """Solve the tiers in order.
+def solve_tiers(master: Master, config: FleetConfig, budget: Budget | None = None) -> TierOutcome:
+    """Solve the tiers in order, within ``budget`` (default: ``config.time_limit_s``'s).
 
     The greedy start is the incumbent. A tier whose incumbent already reaches its simple bound
     (every replica placed, every layer on a GPU, no replica moved) is proven without a solve;
-    otherwise CP-SAT gets its share of the remaining time, hinted with the incumbent.
+    otherwise CP-SAT gets its share of the work budget left, hinted with the incumbent.
     """
-    stages = _Stages(master, config)
+    stages = _Stages(master, config, budget or Budget.of(config.time_limit_s))
     tiers = tiers_of(master)
     for position, tier in enumerate(tiers):
         if stages.reaches_simple_bound(position, tier):
@@ -237,4 +244,5 @@ def solve_tiers(master: Master, config: FleetConfig) -> TierOutcome:
         stages.gap_tier,
         tuple(stages.bounds),
         tuple(stages.proven),
+        stages.details,
     )

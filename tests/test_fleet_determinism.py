@@ -1,0 +1,105 @@
+"""The same input gives the same plan when a stage is cut short by its work budget, not only when
+every stage finishes: budgets are counted work (CP-SAT's deterministic time, counted steps), the
+wall clock only a safety stop that the plan reports when it fires."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, PlannerConfig, ReasonKind, Worker
+from layerfit.domain.fleet import Executor, Fleet, FleetConfig, FleetPlan
+from layerfit.fleet import budget, plan_fleet
+
+PLANNER = PlannerConfig(time_limit_s=2.0, num_search_workers=1)
+CONFIG = FleetConfig(time_limit_s=60.0, processes=2, num_search_workers=1)
+"""A wall-clock limit far above the work budget the tests give (``budget.WORK_SHARE``), so that
+the safety stop does not fire even on a loaded machine."""
+
+
+def ten_workers() -> Fleet:
+    """Ten workers of two alike GPUs and sixteen deployments: the GPUs tier is searched by groups
+    of workers, and a short work budget stops that search before it converges."""
+    rng = random.Random(3)
+    workers = tuple(
+        Worker(
+            id=w,
+            name=f"w{w}",
+            total_ram_bytes=128 * GiB,
+            allocatable_ram_bytes=96 * GiB,
+            gpus=tuple(
+                Gpu(index=g, total_vram_bytes=size * GiB, allocatable_vram_bytes=size * GiB)
+                for g, size in enumerate([rng.choice([24, 48])] * 2)
+            ),
+        )
+        for w in range(10)
+    )
+    deployments = tuple(
+        Deployment(
+            name=f"d{i}",
+            profile=MemoryProfile.uniform(
+                n_blocks, int(size * GiB) // n_blocks, 0, gpu_fixed_bytes=600 * MiB, host_fixed_bytes=256 * MiB
+            ),
+            replicas=rng.choice([1, 2, 3]),
+            priority=rng.choice([0, 1]),
+            cpu_offloading=False,
+        )
+        for i, (size, n_blocks) in enumerate(
+            rng.choice([(2.5, 16), (5.0, 32), (9.0, 40), (19.0, 64)]) for _ in range(16)
+        )
+    )
+    return Fleet(cluster=Cluster(workers=workers), deployments=deployments)
+
+
+def key(plan: FleetPlan) -> tuple[object, ...]:
+    details = {k: v for k, v in plan.stats[0].details.items() if not k.endswith("_s") and k != "executor"}
+    return plan.placements, plan.unplaced, plan.moves, plan.objective, plan.bounds, plan.reasons, details
+
+
+def test_a_search_cut_by_its_work_budget_gives_the_same_plan_serially_and_on_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(budget, "WORK_SHARE", 0.15)  # 9 nominal seconds of the 60 s limit
+    fleet = ten_workers()
+    serial = [plan_fleet(fleet, CONFIG.model_copy(update={"executor": Executor.SERIAL}), PLANNER) for _ in range(2)]
+    pool = plan_fleet(fleet, CONFIG.model_copy(update={"executor": Executor.LOCAL}), PLANNER)
+    details = serial[0].stats[0].details
+    # the group search ran several groups and was cut by its budget, not by the clock
+    ended, groups = str(details["footprint_search"]).split(" after ")
+    assert ended == "budget" and int(groups.split()[0]) >= 2
+    assert details["safety_stops"] == "none"
+    assert key(serial[1]) == key(serial[0])
+    assert key(pool) == key(serial[0])
+
+
+def test_the_plan_says_when_the_safety_stop_fired(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(budget, "WORK_SHARE", 1000.0)  # a budget the clock always ends first
+    config = CONFIG.model_copy(update={"time_limit_s": 1.0, "executor": Executor.SERIAL})
+    plan = plan_fleet(ten_workers(), config, PLANNER)
+    stops = str(plan.stats[0].details["safety_stops"])
+    assert stops != "none"
+    said = [r for r in plan.reasons if r.kind is ReasonKind.STRATEGY_SKIPPED and "safety stop" in r.message]
+    assert len(said) == 1 and stops in said[0].message and "differ from run to run" in said[0].message
+
+
+def test_a_cp_sat_solve_stopped_by_the_clock_is_a_safety_stop() -> None:
+    from ortools.sat.python import cp_model
+
+    from layerfit.deadline import Deadline
+
+    model = cp_model.CpModel()
+    xs = [model.new_int_var(0, 40, f"x{i}") for i in range(40)]
+    for i in range(39):
+        model.add(xs[i] + xs[i + 1] <= 41 + i % 3)
+    model.add_all_different(xs)
+    model.maximize(sum((i % 7 + 1) * x for i, x in enumerate(xs)))
+    for wall_s, fires in ((1e-3, True), (60.0, False)):
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        spent = budget.Budget(1.0, Deadline.after(wall_s))
+        spent.limit(solver, 0.05 / budget.DETERMINISTIC_PER_S)
+        status = solver.solve(model)
+        spent.charge(solver, status, "stage")
+        assert (spent.stops == ["stage"]) is fires
+        assert spent.spent_s == pytest.approx(solver.deterministic_time / budget.DETERMINISTIC_PER_S)
