@@ -16,6 +16,7 @@ from typing import NoReturn, cast
 
 from layerfit.cli import estimate, examples, plan, replan, schema
 from layerfit.cli.common import EXAMPLES, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, HELP_FORMAT
+from layerfit.cli.plugins import without_plugin_scan
 from layerfit.errors import InputError, LayerfitError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_NO_FIT", "EXIT_PLACED", "build_parser", "main"]
@@ -79,9 +80,7 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # The CLI uses no pydantic plugin; without this, pydantic scans every installed package's entry
-    # points when it builds its first model. A user who sets the variable keeps their own value.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    without_plugin_scan()
     parser = build_parser()
     try:
         args, rest = parser.parse_known_args(argv)

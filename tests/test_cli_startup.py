@@ -1,0 +1,57 @@
+"""Start-up: the CLI keeps pydantic's plugin loader (and ``importlib.metadata``) off its path while
+every plugin is disabled, without changing what it prints; a user's own setting still rules."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures_gguf import write_tiny
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = """
+import contextlib, io, sys
+from layerfit.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    assert main(['estimate', sys.argv[1]]) == 0
+print('importlib.metadata' in sys.modules)
+print(type(sys.modules['pydantic.plugin._loader']).__name__)
+print(out.getvalue())
+"""
+
+
+def _estimate(model: Path, plugins_off: str | None) -> tuple[str, str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "PYDANTIC_DISABLE_PLUGINS"}
+    if plugins_off is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = plugins_off
+    argv = [sys.executable, "-c", PROBE, str(model)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=REPO, env=env)
+    metadata, loader, printed = done.stdout.split("\n", 2)
+    return metadata, loader, printed
+
+
+def test_the_plugin_loader_stands_aside_only_while_every_plugin_is_off(tmp_path: Path) -> None:
+    model = write_tiny(tmp_path)
+    default = _estimate(model, None)
+    assert default[:2] == ("False", "NoPluginLoader")
+    for value in ("__all__", "1", "true"):
+        assert _estimate(model, value)[:2] == ("False", "NoPluginLoader")
+    own = _estimate(model, "some-plugin")  # some plugin left on: pydantic's own loader looks for them
+    assert own[:2] == ("True", "module")
+    assert own[2] == default[2] and "blocks" in default[2]
+
+
+def test_the_stand_in_hands_any_other_name_to_pydantic_s_loader() -> None:
+    code = (
+        "import sys\nfrom layerfit.cli.plugins import without_plugin_scan\nwithout_plugin_scan()\n"
+        "from pydantic.plugin import _loader as stand_in\n"
+        "assert stand_in.get_plugins() == () and not hasattr(stand_in, '__path__')\n"
+        "assert 'importlib.metadata' not in sys.modules\n"
+        "print(type(stand_in).__name__, stand_in.PYDANTIC_ENTRY_POINT_GROUP)\n"
+        "print(type(sys.modules[stand_in.__name__]).__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.split() == ["NoPluginLoader", "pydantic", "module"]
