@@ -211,7 +211,7 @@ class TierBound(Frozen):
     """Layouts pricing added to the candidates."""
 
     @property
-    def counted(self) -> str:
+    def shown_value(self) -> str:
         """The value with its unit where the tier's name does not already say it (``23`` for
         priority weight placed, ``3 GPUs`` for GPUs and workers used; ``1 GPU``, not ``1 GPUs``)."""
         named = self.tier.startswith(f"{self.unit} ") and " and " not in self.tier
@@ -221,9 +221,9 @@ class TierBound(Frozen):
 
     @property
     def text(self) -> str:
-        """``tier: value (unit): proven best``, ``not proven, best possible at most / at least bound
-        (gap, over)``, or ``not proven, no bound``."""
-        head = f"{self.tier}: {self.counted}"
+        """``tier: value, proven best over ...``, ``tier: value, not proven: best possible at most /
+        at least bound over ... (gap)``, or ``tier: value, not proven, no bound``."""
+        head = f"{self.tier}: {self.shown_value}"
         if self.proven:
             return f"{head}, proven best over {self.over}"
         if self.bound is None or self.gap is None:
