@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from fleet_builders import cluster_of
 
 from layerfit import heuristics
 from layerfit.deadline import Deadline
@@ -22,21 +23,11 @@ CONFIG = FleetConfig(time_limit_s=10.0, executor="serial", num_search_workers=1)
 
 
 def fleet() -> Fleet:
-    workers = tuple(
-        Worker(
-            id=i,
-            name=f"w{i}",
-            total_ram_bytes=64 * GiB,
-            allocatable_ram_bytes=64 * GiB,
-            gpus=tuple(Gpu(index=g, total_vram_bytes=v * GiB, allocatable_vram_bytes=v * GiB) for g, v in enumerate(s)),
-        )
-        for i, s in enumerate([(24, 12, 12), (16,)])
-    )
     deployments = tuple(
         Deployment(name=f"d{i}", profile=MemoryProfile.uniform(4, size * GiB // 4, 0), replicas=1, cpu_offloading=False)
         for i, size in enumerate([20, 23, 10])
     )
-    return Fleet(cluster=Cluster(workers=workers), deployments=deployments)
+    return Fleet(cluster=cluster_of([(24, 12, 12), (16,)]), deployments=deployments)
 
 
 def test_sequential_placement_stops_at_its_deadline() -> None:

@@ -4,11 +4,10 @@ wall clock only a safety stop that the plan reports when it fires."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
+from fleet_builders import alike_gpus_fleet
 
-from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, PlannerConfig, ReasonKind, Worker
+from layerfit.domain import PlannerConfig, ReasonKind
 from layerfit.domain.fleet import Executor, Fleet, FleetConfig, FleetPlan
 from layerfit.fleet import budget, plan_fleet
 
@@ -21,35 +20,9 @@ the safety stop does not fire even on a loaded machine."""
 def ten_workers() -> Fleet:
     """Ten workers of two alike GPUs and sixteen deployments: the GPUs tier is searched by groups
     of workers, and a short work budget stops that search before it converges."""
-    rng = random.Random(3)
-    workers = tuple(
-        Worker(
-            id=w,
-            name=f"w{w}",
-            total_ram_bytes=128 * GiB,
-            allocatable_ram_bytes=96 * GiB,
-            gpus=tuple(
-                Gpu(index=g, total_vram_bytes=size * GiB, allocatable_vram_bytes=size * GiB)
-                for g, size in enumerate([rng.choice([24, 48])] * 2)
-            ),
-        )
-        for w in range(10)
+    return alike_gpus_fleet(
+        3, 10, 16, replicas=(1, 2, 3), priorities=(0, 1), cpu_offload_share=0.0, distributed_share=0.0
     )
-    deployments = tuple(
-        Deployment(
-            name=f"d{i}",
-            profile=MemoryProfile.uniform(
-                n_blocks, int(size * GiB) // n_blocks, 0, gpu_fixed_bytes=600 * MiB, host_fixed_bytes=256 * MiB
-            ),
-            replicas=rng.choice([1, 2, 3]),
-            priority=rng.choice([0, 1]),
-            cpu_offloading=False,
-        )
-        for i, (size, n_blocks) in enumerate(
-            rng.choice([(2.5, 16), (5.0, 32), (9.0, 40), (19.0, 64)]) for _ in range(16)
-        )
-    )
-    return Fleet(cluster=Cluster(workers=workers), deployments=deployments)
 
 
 def key(plan: FleetPlan) -> tuple[object, ...]:
