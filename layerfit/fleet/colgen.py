@@ -37,6 +37,7 @@ from layerfit.fleet.gaps import UNITS, gap
 from layerfit.fleet.gaps import tier_bound as gap_bound
 from layerfit.fleet.lp import GPUS, LAYERS, MOVES, PLACED, Fleetwide, Goal, LpSolution, solve_lp
 from layerfit.fleet.pricing import Priced, Prices, PricingTask, claim_value, pricing_task
+from layerfit.fleet.pricing_bound import relaxed_bound
 
 __all__ = ["GPUS", "LAYERS", "MOVES", "PLACED", "Bound", "ColumnGeneration", "Goal"]
 
@@ -102,15 +103,39 @@ class ColumnGeneration:
                 return Priced(layouts=(), bound=ceiling, proven=True)
         return None
 
+    def _settled(self, lp: LpSolution, g: int, result: Priced) -> bool:
+        """Pricing has nothing left to find for the group: its best is proven, or no layout is
+        worth more than a replica's multiplier (no column with a positive reduced cost)."""
+        if result.proven:
+            return True
+        return all(
+            lp.constants[d] + result.bound <= lp.replica_duals[d] + TOLERANCE * max(1.0, abs(lp.replica_duals[d]))
+            for d in self.groups[g]
+        )
+
+    def _screened(self, lp: LpSolution, g: int) -> Priced | None:
+        """The group's answer without a search, where the known columns or the relaxation in
+        bytes (``pricing_bound``) settle it."""
+        group = self.groups[g]
+        known = self._known_best(group, lp.prices[g])
+        if known is not None:
+            return known
+        deployment = self.deployments[group[0]]
+        bound = relaxed_bound(self.cluster, deployment, self.profiles[deployment.name], lp.prices[g])
+        relaxed = Priced(layouts=(), bound=bound, proven=False)
+        return relaxed if self._settled(lp, g, relaxed) else None
+
     def _price_all(
-        self, lp: LpSolution, time_limit_s: float, deadline: float, earlier: Sequence[Priced] = ()
-    ) -> list[Priced]:
-        """Every group's pricing problem; with ``earlier`` results of the same LP, only those not
-        proven are solved again."""
+        self, lp: LpSolution, budget_s: float, deadline: float, earlier: Sequence[Priced] = ()
+    ) -> tuple[list[Priced], float]:
+        """Every group's pricing problem, those the screen settles without a search; with
+        ``earlier`` results of the same LP, only those not settled are solved again. Also each
+        search's deterministic limit."""
         known = [
-            earlier[g] if earlier and earlier[g].proven else self._known_best(group, lp.prices[g])
-            for g, group in enumerate(self.groups)
+            earlier[g] if earlier and self._settled(lp, g, earlier[g]) else self._screened(lp, g)
+            for g in range(len(self.groups))
         ]
+        limit = self._task_limit(budget_s, sum(answer is None for answer in known))
         tasks: list[PricingTask] = [
             (
                 self.cluster,
@@ -118,21 +143,25 @@ class ColumnGeneration:
                 self.profiles[self.deployments[group[0]].name],
                 self.planner_config,
                 lp.prices[g],
-                time_limit_s,
+                limit,
                 deadline - time.perf_counter(),
             )
             for g, (group, answer) in enumerate(zip(self.groups, known, strict=True))
             if answer is None
         ]
         solved = iter(run_tasks(pricing_task, tasks, self.config))
-        return [answer if answer is not None else next(solved) for answer in known]
+        return [answer if answer is not None else next(solved) for answer in known], limit
 
-    def _task_limit(self, budget_s: float) -> float:
-        """Each pricing problem's share of a round's budget, as if they ran one after another. The
-        budget is nominal (from the configuration, not the clock) and the share does not depend on
-        the executor's processes, so that the same input prices the same on every executor and
-        under any load (a pool only finishes sooner); the deadline still ends the rounds."""
-        return max(0.05, min(self.config.pricing_time_limit_s, budget_s / max(1, len(self.groups))))
+    def _task_limit(self, budget_s: float, problems: int) -> float:
+        """Each pricing problem's share of a round's budget, as if the ``problems`` left after the
+        screen ran one after another. The budget is nominal (from the configuration, not the
+        clock) and the share does not depend on the executor's processes, so that the same input
+        prices the same on every executor and under any load (a pool only finishes sooner); the
+        deadline still ends the rounds."""
+        return max(0.05, min(self.config.pricing_time_limit_s, budget_s / max(1, problems)))
+
+    def _all_settled(self, lp: LpSolution, priced: Sequence[Priced]) -> bool:
+        return all(self._settled(lp, g, result) for g, result in enumerate(priced))
 
     def _best_values(self, lp: LpSolution, priced: Sequence[Priced]) -> list[float]:
         """Per deployment: no replica on any layout is worth more under the multipliers (a current
@@ -192,26 +221,26 @@ class ColumnGeneration:
             remaining = deadline - time.perf_counter()
             if remaining <= 0.05:
                 break
-            limit = self._task_limit(budget)
-            priced = self._price_all(lp, limit, deadline)
+            budget_round = budget
+            priced, limit = self._price_all(lp, budget_round, deadline)
             rounds += 1
             new = self._add_columns(lp, priced)
-            while new == 0 and not all(result.proven for result in priced) and limit < self.config.pricing_time_limit_s:
+            while new == 0 and not self._all_settled(lp, priced) and limit < self.config.pricing_time_limit_s:
                 if deadline - time.perf_counter() <= 0.05:
                     break
                 # No column and some problems cut short: those again, with more time, while the
-                # deadline allows (the same LP, so the proven ones stand).
+                # deadline allows (the same LP, so the settled ones stand).
                 complete = complete and all(result.complete for result in priced)
                 best = min(best, self._round_bound(lp, priced))
-                limit = min(self.config.pricing_time_limit_s, limit * RETRY_FACTOR)
-                priced = self._price_all(lp, limit, deadline, priced)
+                budget_round *= RETRY_FACTOR
+                priced, limit = self._price_all(lp, budget_round, deadline, priced)
                 rounds += 1
                 new = self._add_columns(lp, priced)
             complete = complete and all(result.complete for result in priced)
             best = min(best, self._round_bound(lp, priced))
             added_here += new
             if new == 0:
-                closed = all(result.proven for result in priced)
+                closed = self._all_settled(lp, priced)
                 break
             if rounds >= self.config.max_pricing_rounds:
                 break

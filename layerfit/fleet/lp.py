@@ -139,7 +139,9 @@ class _Builder:
             row = []
             for c, (layout, claims) in enumerate(options):
                 low = float(min(pinned.get(layout, 0), deployment.replicas))
-                var = self.solver.NumVar(low, deployment.replicas, f"x_{d}_{c}")
+                # no upper bound of its own: the replica row implies it, and then carries its multiplier
+                # (a column held at a bound of its own would leave its reduced cost in the bound)
+                var = self.solver.NumVar(low, self.solver.infinity(), f"x_{d}_{c}")
                 row.append(var)
                 tier_value = weight if goal.tier == PLACED else layout.gpu_layers if goal.tier == LAYERS else 0
                 self.objective.append((float(tier_value), var))

@@ -32,6 +32,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import MemoryProfile
+from layerfit.fleet.pricing_bound import relaxed_bound
 from layerfit.memory import claims as compute_claims
 from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.constraints.ram import main_ram_expression
@@ -210,20 +211,27 @@ def price(
     if status == cp_model.INFEASIBLE:
         return Priced(layouts=(), bound=float("-inf"), proven=True, complete=instance.scale.exact)
     # Without a layout found in time CP-SAT's bound means nothing (it reads 0): the trivial one stands.
-    bound = min(trivial, solver.best_objective_bound / grid) if status != cp_model.UNKNOWN else trivial
+    model_bound = min(trivial, solver.best_objective_bound / grid) if status != cp_model.UNKNOWN else trivial
+    # The relaxation in exact bytes holds over every valid layout, whatever the model's scale.
+    relaxed = relaxed_bound(cluster, deployment, profile, prices)
+    bound = min(model_bound, relaxed)
+    complete = instance.scale.exact or relaxed <= model_bound
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Priced(layouts=(), bound=bound, proven=False, complete=instance.scale.exact)
+        return Priced(layouts=(), bound=bound, proven=False, complete=complete)
     from layerfit.solver.decode import decode
 
     layout = decode(instance, built.variables, solver.value)
     found: tuple[tuple[Layout, Claims], ...] = ()
-    complete = instance.scale.exact
+    proven = status == cp_model.OPTIMAL
     if not check_layout(cluster, deployment, profile, layout, config):
         claims = compute_claims(profile, layout, unified_workers(cluster))
         found = ((layout, claims),)
+        value = claim_value(cluster, prices, layout, claims)
         # The model must never value a layout below its exact value, or its bound is no bound.
-        complete = complete and claim_value(cluster, prices, layout, claims) <= bound + 1e-6 * max(1.0, abs(bound))
-    return Priced(layouts=found, bound=bound, proven=status == cp_model.OPTIMAL, complete=complete)
+        complete = complete and value <= bound + 1e-6 * max(1.0, abs(bound))
+        # Found within the pricing's gap of the relaxation: as good as proven.
+        proven = proven or relaxed <= value + ABSOLUTE_GAP
+    return Priced(layouts=found, bound=bound, proven=proven, complete=complete)
 
 
 PricingTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, Prices, float, float]

@@ -1,0 +1,151 @@
+"""A cheap upper bound on a pricing problem, from a relaxation in exact bytes.
+
+Under dual prices (``pricing.Prices``: per MiB of each GPU's VRAM, per GPU and worker a layout
+opens, a value per layer on GPUs) a layout is worth ``layer_value * gpu_layers`` less its priced
+claims. Every valid layout's claims (``memory.claims``) satisfy, on every GPU it uses:
+
+* the device pays its role's fixed bytes and compute buffer (at least the least over the roles,
+  layer kinds and offload states the rules allow), and every block it holds at least the lightest
+  block's GPU bytes (experts on the host taken out);
+* the device that holds the output layer pays its weights besides, and they fit beside the fixed bytes;
+* the device's total fits the GPU's allocatable VRAM, so a GPU holds at most
+  ``(allocatable - fixed) // lightest block`` blocks, and an opened GPU is paid once.
+
+Dropping every other claim (compute buffers, RAM, pools: prices are never negative) and letting
+each GPU's fixed and opening price be paid per block, in proportion to the blocks it holds (the LP
+relaxation of paying it once), leaves a fractional knapsack: blocks go to the GPUs of best value
+per block first. Its optimum bounds every valid layout's value. Without distribution the layout
+uses one worker's GPUs, so the bound is the best worker's; with it, every GPU of the fleet.
+
+CP-SAT's own bound on the pricing model is weak on distributed deployments (its linear relaxation
+of the priced claims is loose, and it is rarely proven in its time): this one is exact for the
+fractional problem and takes microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from layerfit.domain.base import MiB
+from layerfit.domain.cluster import Cluster, Worker
+from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.profile import DeviceRole, MemoryProfile
+from layerfit.memory import block_prefix_bytes
+
+if TYPE_CHECKING:
+    from layerfit.fleet.pricing import Prices
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    """One GPU in the relaxation: the value of a block on it, the blocks it holds at most, and
+    what holding the output layer costs there."""
+
+    per_block: float
+    blocks: int
+    output_cost: float
+    """The output layer's weights at the GPU's price (its device's fixed bytes are paid with its
+    blocks, or not at all); ``inf`` where they do not fit on the GPU beside those fixed bytes."""
+
+
+def lightest_block_bytes(profile: MemoryProfile) -> int:
+    """The least GPU bytes any block takes (experts on the host where it has any)."""
+    prefix = block_prefix_bytes(profile)
+    return min(
+        (prefix[i + 1] - prefix[i] - profile.expert_bytes(i) for i in range(profile.n_blocks)),
+        default=0,
+    )
+
+
+def least_compute_bytes(profile: MemoryProfile, role: DeviceRole, unified: bool, partial: tuple[bool, ...]) -> int:
+    """The least compute buffer a device of ``role`` can have (``memory.device_compute_bytes``):
+    its role's buffer or, lower, that of the layer kinds it holds, in any allowed offload state and
+    device count, less a recurrent scan a later device may drop; add-ons (logits, first device's
+    inputs, flash-attention fallback) are never negative and left out."""
+    buffers = [profile.role_costs(role, unified).compute, *(entry.device for entry in profile.kinds_compute)]
+    least = min(buffer.bytes_for(state, multi) for buffer in buffers for state in partial for multi in (False, True))
+    return max(0, least - profile.scan_bytes)
+
+
+def least_device_bytes(profile: MemoryProfile, unified: bool, partial: tuple[bool, ...]) -> int:
+    """The least any device takes besides its blocks and the output layer: fixed and compute."""
+    return min(
+        profile.role_costs(role, unified).fixed_bytes + least_compute_bytes(profile, role, unified, partial)
+        for role in DeviceRole
+    )
+
+
+def _gpus(worker: Worker, profile: MemoryProfile, prices: Prices, partial: tuple[bool, ...]) -> list[_Gpu]:
+    block = max(0, lightest_block_bytes(profile))
+    fixed = least_device_bytes(profile, worker.unified_memory, partial)
+    found = []
+    for gpu in worker.gpus:
+        key = (worker.name, gpu.index)
+        room = gpu.allocatable_vram_bytes - fixed
+        if room < 0:
+            continue  # no device of this model fits on it
+        price = prices.gpu.get(key, 0.0) / MiB
+        blocks = profile.n_blocks if block == 0 else min(profile.n_blocks, room // block)
+        paid_once = price * fixed + prices.gpu_open.get(key, 0.0)
+        per_block = prices.layer_value - price * block - (paid_once / blocks if blocks else 0.0)
+        fits_output = room >= profile.output_weight_bytes
+        output_cost = price * profile.output_weight_bytes if fits_output else math.inf
+        found.append(_Gpu(per_block=per_block, blocks=blocks, output_cost=output_cost))
+    return found
+
+
+def _knapsack(gpus: Sequence[_Gpu], n_blocks: int, exactly: int | None) -> float:
+    """The best value of at most ``n_blocks`` blocks (exactly ``exactly`` when given) over these
+    GPUs, each taking at most its blocks, fractions allowed; past every GPU's room a forced block
+    counts at the best value per block (still an upper bound: no layout places it)."""
+    ranked = sorted(gpus, key=lambda gpu: gpu.per_block, reverse=True)
+    wanted = n_blocks if exactly is None else exactly
+    total = 0.0
+    for gpu in ranked:
+        if wanted <= 0 or (exactly is None and gpu.per_block <= 0):
+            break
+        take = min(wanted, gpu.blocks)
+        total += take * gpu.per_block
+        wanted -= take
+    if exactly is not None and wanted > 0:
+        total += wanted * (ranked[0].per_block if ranked else 0.0)
+    return total
+
+
+def _best(gpus: Sequence[_Gpu], profile: MemoryProfile, prices: Prices, target: int | None, full: bool) -> float:
+    """The relaxation's optimum on one set of GPUs, under the rules on GPU layers."""
+    n = profile.n_blocks
+    output = prices.layer_value - min((gpu.output_cost for gpu in gpus), default=math.inf)
+    if full or target == n + 1:
+        return _knapsack(gpus, n, n) + output  # every block and the output layer on GPUs
+    if target is not None:
+        # ``target`` layers: that many blocks, or one fewer and the output layer
+        options = [_knapsack(gpus, n, target)] if target <= n else []
+        options += [_knapsack(gpus, n, target - 1) + output] if target >= 1 else []
+        return max(options, default=-math.inf)
+    return _knapsack(gpus, n, None) + max(0.0, output)
+
+
+def relaxed_bound(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, prices: Prices) -> float:
+    """No valid layout of ``deployment`` is worth more under ``prices`` (see the module docstring)."""
+    params = deployment.params
+    target = None if params.n_gpu_layers is None else min(params.n_gpu_layers, profile.n_layers)
+    full = deployment.kind is ModelKind.IMAGE or not deployment.cpu_offloading
+    # a layout with every layer on GPUs runs no partial offload (its experts may stay on the host)
+    partial = (False,) if full or (target == profile.n_layers and not profile.is_moe) else (False, True)
+    workers = cluster.workers
+    if deployment.distributed_inference_across_workers:
+        gpus = [gpu for worker in workers for gpu in _gpus(worker, profile, prices, partial)]
+        opened = min((prices.worker_open.get(w.name, 0.0) for w in workers), default=0.0)
+        return _best(gpus, profile, prices, target, full) - opened
+    return max(
+        (
+            _best(_gpus(worker, profile, prices, partial), profile, prices, target, full)
+            - prices.worker_open.get(worker.name, 0.0)
+            for worker in workers
+        ),
+        default=-math.inf,
+    )
