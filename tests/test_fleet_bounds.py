@@ -143,7 +143,10 @@ def test_pricing_finds_the_layout_no_generator_proposes() -> None:
     assert len(without.placements) == 1 and without.bounds[0].over == "candidates"
     plan = plan_fleet(fleet, WITH_CG, PLANNER)
     assert len(plan.placements) == 2
-    assert sorted(sorted(d.gpu_index for d in p.layout.devices) for p in plan.placements) == [[0], [1, 2]]
+    # one takes the 24 GiB GPU, the other both 12 GiB GPUs (with or without what is left of the
+    # 24 GiB one: the same tiers)
+    alone, split = sorted(({d.gpu_index for d in p.layout.devices} for p in plan.placements), key=len)
+    assert alone == {0} and {1, 2} <= split
     placed = plan.bounds[0]
     assert placed.over == "all layouts" and placed.closed and placed.gap == 0.0 and placed.columns_added >= 1
 

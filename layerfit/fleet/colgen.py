@@ -89,6 +89,8 @@ class ColumnGeneration:
         self.config = config
         self.planner_config = planner_config
         self.added = 0
+        self.work_s = 0.0
+        """Deterministic seconds the pricing problems took, over every run."""
 
     def candidate_sets(self) -> list[CandidateSet]:
         return [tuple(options) for options in self.columns]
@@ -144,12 +146,14 @@ class ColumnGeneration:
                 self.planner_config,
                 lp.prices[g],
                 limit,
-                deadline - time.perf_counter(),
+                time.time() + (deadline - time.perf_counter()),  # the tasks may run in other processes
             )
             for g, (group, answer) in enumerate(zip(self.groups, known, strict=True))
             if answer is None
         ]
-        solved = iter(run_tasks(pricing_task, tasks, self.config))
+        results = run_tasks(pricing_task, tasks, self.config)
+        self.work_s += sum(result.work_s for result in results)
+        solved = iter(results)
         return [answer if answer is not None else next(solved) for answer in known], limit
 
     def _task_limit(self, budget_s: float, problems: int) -> float:
@@ -200,9 +204,16 @@ class ColumnGeneration:
         return added
 
     def run(self, goal: Goal, deadline: float, trivial: float, budget_s: float | None = None) -> Bound:
-        """Rounds of LP and pricing until no column is added or ``deadline`` (``perf_counter``) passes.
-        ``budget_s`` (default: the time to the deadline) sizes each round's pricing problems."""
+        """Rounds of LP and pricing until no column is added, ``deadline`` (``perf_counter``) passes
+        or, with ``budget_s``, the pricing problems' deterministic time adds up to it (the same
+        on every run and executor). ``budget_s`` (default: the time to the deadline) also sizes
+        each round's pricing problems."""
         budget = deadline - time.perf_counter() if budget_s is None else budget_s
+        spent_before = self.work_s
+
+        def spent() -> bool:
+            return budget_s is not None and self.work_s - spent_before >= budget_s
+
         best = trivial
         rounds = added_here = 0
         closed = False
@@ -219,14 +230,14 @@ class ColumnGeneration:
                 closed = True
                 break
             remaining = deadline - time.perf_counter()
-            if remaining <= 0.05:
+            if remaining <= 0.05 or spent():
                 break
             budget_round = budget
             priced, limit = self._price_all(lp, budget_round, deadline)
             rounds += 1
             new = self._add_columns(lp, priced)
             while new == 0 and not self._all_settled(lp, priced) and limit < self.config.pricing_time_limit_s:
-                if deadline - time.perf_counter() <= 0.05:
+                if deadline - time.perf_counter() <= 0.05 or spent():
                     break
                 # No column and some problems cut short: those again, with more time, while the
                 # deadline allows (the same LP, so the settled ones stand).

@@ -13,7 +13,6 @@ from layerfit.deadline import Deadline
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, UnplacedReplica
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.fleet.budget import Budget, safety_reason
 from layerfit.fleet.candidates import CandidateSet
@@ -35,15 +34,19 @@ cut short past it; at 1,024 GPUs / 530 replicas it needs 13.6 of the 16 nominal 
 with a 60 s limit)."""
 COMMANDS_SHARE = 0.03
 """Share of the time limit kept for writing every replica's command lines at the end."""
-AGAIN_SHARE = 0.25
-"""With column generation and no column added: the master runs again (from its plan) only with at
-least this share of ``time_limit_s`` left."""
 LATER_SHARE = 0.25
 """With column generation: share of the time left after pricing the first two tiers that the
 master over all columns leaves for the moves and GPUs tiers' bounds."""
-FIRST_MASTER_SHARE = 0.5
-"""With column generation: share of the time left for the master over the candidates alone (the
-plan without pricing, kept unless the master over all columns beats it)."""
+PRICING_SHARE = 0.6
+"""With column generation: nominal seconds per second of ``time_limit_s`` (times
+``column_generation_share``) for pricing the first two tiers and the master over all columns,
+beyond the master's own budget, which stays what it is without pricing: the plan without pricing
+is the incumbent, and pricing only replaces it with a better one. The wall clock still ends both
+at the time limit (a safety stop, which the plan reports)."""
+PLACED_PRICING = 0.3
+LAYERS_PRICING = 0.2
+"""Shares of the pricing budget for the placement and layers tiers' column generation (the
+master over all columns gets the rest)."""
 
 
 def plan_fleet(
@@ -125,12 +128,13 @@ def _with_column_generation(
     seed: Sequence[tuple[str, Layout]],
     budget: Budget,
 ) -> FleetPlan:
-    """The integer master over the candidates alone (the plan without pricing); column generation
-    on the placement tier, then on the layers tier (floor: that plan's placed weight); the master
-    over all columns, started from the first plan, when columns were added or the first plan is not
-    proven. The better plan on the tiers in order is kept, so pricing never makes the plan worse
-    than the first one. The bounds hold over all layouts. Every choice between stages is made on
-    the work budget left, not on the clock, so that it is the same on every run."""
+    """The integer master over the candidates alone, with the budget it has without pricing (the
+    plan without pricing); column generation on the placement tier, then on the layers tier
+    (floor: that plan's placed weight); the master over all columns, started from the first plan,
+    when columns were added, on a budget of its own (``PRICING_SHARE``). The better plan on the
+    tiers in order is kept, so pricing never makes the plan worse than without it. The bounds hold
+    over all layouts. Every choice between stages is made on the work budget left, not on the
+    clock, so that it is the same on every run."""
     weights = priority_weights(fleet.deployments)
     trivial_placed, trivial_layers = trivial_bounds(fleet.deployments, profiles, weights)
     pins, _ = pin_reasons(fleet, profiles, planner_config)
@@ -145,33 +149,31 @@ def _with_column_generation(
         pins,
         current_counts(fleet),
     )
-    # A seed that places every replica with every layer on GPUs leaves pricing nothing to better on
-    # the first two tiers: the master over the candidates gets the whole time, as without pricing.
-    seed_values = (sum(weights[name] for name, _ in seed), sum(layout.gpu_layers for _, layout in seed))
-    first_share = 1.0 if seed_values >= (trivial_placed, trivial_layers) else FIRST_MASTER_SHARE
-    plan = choose(fleet, profiles, candidates, config, planner_config, seed, budget=budget.part(first_share))
+    # The master over the candidates gets the work budget it has without pricing: its plan is the
+    # one without pricing, and the plan with pricing is never worse. Its wall-clock safety stop
+    # leaves pricing its share of the time (a machine that keeps up never reaches it).
     share = config.column_generation_share
-    nominal = config.time_limit_s * (1 - FIRST_MASTER_SHARE) * share
+    first = budget.part(1.0, budget.deadline.share(1 - PRICING_SHARE * share))
+    plan = choose(fleet, profiles, candidates, config, planner_config, seed, budget=first)
+    pricing = Budget(config.time_limit_s * PRICING_SHARE * share, budget.deadline, budget.stops)
+    nominal = pricing.nominal_s
     values = plan.objective
     placed_bound = (
         reached(Goal(PLACED), trivial_placed)
         if values and values[0] >= trivial_placed
-        else _priced(cg, Goal(PLACED), budget, trivial_placed, nominal * 0.6)
+        else _priced(cg, Goal(PLACED), pricing, trivial_placed, nominal * PLACED_PRICING)
     )
     layers_goal = Goal(LAYERS, placed_floor=values[0] if values else 0)
     layers_bound = (
         reached(layers_goal, trivial_layers)
         if len(values) > 1 and values[1] >= trivial_layers
-        else _priced(cg, layers_goal, budget, trivial_layers, nominal * 0.4)
+        else _priced(cg, layers_goal, pricing, trivial_layers, nominal * LAYERS_PRICING)
     )
-    # Again over all columns when pricing added some, or to go on with a plan not proven while a
-    # good part of the budget is left; the moves and GPUs tiers' bounds get the rest.
-    unproven = plan.status is not Status.OPTIMAL and budget.left() > budget.nominal_s * AGAIN_SHARE
-    if (cg.added and budget.left() > 0.2) or unproven:
+    # Again over all columns, started from the plan, when pricing added some; the moves and GPUs
+    # tiers' bounds get the time left.
+    if cg.added and pricing.left() > 0.2:
         start = [(p.deployment, p.layout) for p in plan.placements]
-        again = choose(
-            fleet, profiles, cg.candidate_sets(), config, planner_config, start, budget=budget.part(1 - LATER_SHARE)
-        )
+        again = choose(fleet, profiles, cg.candidate_sets(), config, planner_config, start, budget=pricing.part(1.0))
         if again.objective > plan.objective:
             plan = again
     bounds = (

@@ -19,6 +19,7 @@ layouts are checked again with ``layerfit.check`` and valued exactly in bytes (`
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -75,6 +76,8 @@ class Priced:
     """No valid layout has a value above this (``-inf``: no valid layout exists)."""
     proven: bool
     """The search finished: ``bound`` is the best value itself, up to the rounding."""
+    work_s: float = 0.0
+    """CP-SAT's deterministic time spent on it (the same on every run and executor)."""
     complete: bool = True
     """The model's figures are exact (sizes scaled without rounding, and found layouts valued no
     higher by the model than in bytes), so ``bound`` holds over every valid layout."""
@@ -208,8 +211,9 @@ def price(
     solver.parameters.absolute_gap_limit = ABSOLUTE_GAP * grid
     status = solver.solve(built.model)
     trivial = prices.layer_value * instance.n_layers
+    work = solver.deterministic_time
     if status == cp_model.INFEASIBLE:
-        return Priced(layouts=(), bound=float("-inf"), proven=True, complete=instance.scale.exact)
+        return Priced(layouts=(), bound=float("-inf"), proven=True, complete=instance.scale.exact, work_s=work)
     # Without a layout found in time CP-SAT's bound means nothing (it reads 0): the trivial one stands.
     model_bound = min(trivial, solver.best_objective_bound / grid) if status != cp_model.UNKNOWN else trivial
     # The relaxation in exact bytes holds over every valid layout, whatever the model's scale.
@@ -217,7 +221,7 @@ def price(
     bound = min(model_bound, relaxed)
     complete = instance.scale.exact or relaxed <= model_bound
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Priced(layouts=(), bound=bound, proven=False, complete=complete)
+        return Priced(layouts=(), bound=bound, proven=False, complete=complete, work_s=work)
     from layerfit.solver.decode import decode
 
     layout = decode(instance, built.variables, solver.value)
@@ -231,12 +235,21 @@ def price(
         complete = complete and value <= bound + 1e-6 * max(1.0, abs(bound))
         # Found within the pricing's gap of the relaxation: as good as proven.
         proven = proven or relaxed <= value + ABSOLUTE_GAP
-    return Priced(layouts=found, bound=bound, proven=proven, complete=complete)
+    return Priced(layouts=found, bound=bound, proven=proven, complete=complete, work_s=work)
 
 
 PricingTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, Prices, float, float]
+"""The problem, its deterministic limit, and when it must end (``time.time()``: tasks run in turn,
+maybe in other processes, so each takes what is left of the round's time, not the round's time)."""
+TOO_LATE_S = 0.02
+"""A task with less than this left is not searched: the relaxation answers it."""
 
 
 def pricing_task(task: PricingTask) -> Priced:
     """One pricing problem from a picklable task (for the executors)."""
-    return price(*task)
+    cluster, deployment, profile, config, prices, limit, until = task
+    left = until - time.time()
+    if left < TOO_LATE_S:
+        bound = min(prices.layer_value * profile.n_layers, relaxed_bound(cluster, deployment, profile, prices))
+        return Priced(layouts=(), bound=bound, proven=False)
+    return price(cluster, deployment, profile, config, prices, limit, left)

@@ -1,25 +1,29 @@
 """A cheap upper bound on a pricing problem, from a relaxation in exact bytes.
 
 Under dual prices (``pricing.Prices``: per MiB of each GPU's VRAM, per GPU and worker a layout
-opens, a value per layer on GPUs) a layout is worth ``layer_value * gpu_layers`` less its priced
-claims. Every valid layout's claims (``memory.claims``) satisfy, on every GPU it uses:
+opens, a value per layer on GPUs) a layout is worth
+``layer_value * gpu_layers`` less its priced claims. Every valid layout's claims
+(``memory.claims``) satisfy, on every GPU it uses:
 
 * the device pays its role's fixed bytes and compute buffer (at least the least over the roles,
   layer kinds and offload states the rules allow), and every block it holds at least the lightest
   block's GPU bytes (experts on the host taken out);
-* the device that holds the output layer pays its weights besides, and they fit beside the fixed bytes;
+* the device that holds the output layer pays its weights besides, and they fit beside the fixed
+  bytes;
 * the device's total fits the GPU's allocatable VRAM, so a GPU holds at most
-  ``(allocatable - fixed) // lightest block`` blocks, and an opened GPU is paid once.
+  ``(allocatable - fixed) // lightest block`` blocks.
 
-Dropping every other claim (compute buffers, RAM, pools: prices are never negative) and letting
-each GPU's fixed and opening price be paid per block, in proportion to the blocks it holds (the LP
-relaxation of paying it once), leaves a fractional knapsack: blocks go to the GPUs of best value
-per block first. Its optimum bounds every valid layout's value. Without distribution the layout
-uses one worker's GPUs, so the bound is the best worker's; with it, every GPU of the fleet.
+Dropping every other claim (compute add-ons, RAM, pools: prices are never negative), each GPU's
+best value for each count of blocks is known in closed form (its fixed bytes and opening price
+paid once, on the least claim of that many blocks), and the counts over the GPUs are chosen by a max-plus
+knapsack (at most, or exactly, the blocks the rules allow). Its optimum bounds every valid
+layout's value. Without distribution the layout uses one worker's GPUs, so the bound is the best
+worker's; with it, every GPU of the fleet. On more GPUs than ``EXACT_GPUS`` the knapsack is
+fractional instead (each GPU's fixed and opening price paid per block: the LP relaxation of
+paying it once), which bounds the exact one.
 
 CP-SAT's own bound on the pricing model is weak on distributed deployments (its linear relaxation
-of the priced claims is loose, and it is rarely proven in its time): this one is exact for the
-fractional problem and takes microseconds.
+of the priced claims is loose, and it is rarely proven in its time): this one takes milliseconds.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from layerfit.domain.base import MiB
 from layerfit.domain.cluster import Cluster, Worker
@@ -38,17 +44,25 @@ from layerfit.memory import block_prefix_bytes
 if TYPE_CHECKING:
     from layerfit.fleet.pricing import Prices
 
+EXACT_GPUS = 64
+"""Up to this many GPUs the knapsack is exact in whole blocks per GPU; beyond, fractional."""
+
 
 @dataclass(frozen=True)
 class _Gpu:
-    """One GPU in the relaxation: the value of a block on it, the blocks it holds at most, and
-    what holding the output layer costs there."""
+    """One GPU in the relaxation."""
 
+    values: tuple[float, ...]
+    """``values[b]``: the most ``b`` blocks on it are worth (``values[0] = 0``: not used)."""
     per_block: float
-    blocks: int
+    """The fractional knapsack's value per block (fixed and opening price spread over ``blocks``)."""
     output_cost: float
     """The output layer's weights at the GPU's price (its device's fixed bytes are paid with its
     blocks, or not at all); ``inf`` where they do not fit on the GPU beside those fixed bytes."""
+
+    @property
+    def blocks(self) -> int:
+        return len(self.values) - 1
 
 
 def lightest_block_bytes(profile: MemoryProfile) -> int:
@@ -84,20 +98,26 @@ def _gpus(worker: Worker, profile: MemoryProfile, prices: Prices, partial: tuple
     found = []
     for gpu in worker.gpus:
         key = (worker.name, gpu.index)
-        room = gpu.allocatable_vram_bytes - fixed
+        capacity = gpu.allocatable_vram_bytes
+        room = capacity - fixed
         if room < 0:
             continue  # no device of this model fits on it
         price = prices.gpu.get(key, 0.0) / MiB
+        opening = prices.gpu_open.get(key, 0.0)
         blocks = profile.n_blocks if block == 0 else min(profile.n_blocks, room // block)
-        paid_once = price * fixed + prices.gpu_open.get(key, 0.0)
+        values = [0.0]
+        for b in range(1, blocks + 1):
+            least = fixed + b * block
+            values.append(prices.layer_value * b - price * least - opening)
+        paid_once = price * fixed + opening
         per_block = prices.layer_value - price * block - (paid_once / blocks if blocks else 0.0)
         fits_output = room >= profile.output_weight_bytes
         output_cost = price * profile.output_weight_bytes if fits_output else math.inf
-        found.append(_Gpu(per_block=per_block, blocks=blocks, output_cost=output_cost))
+        found.append(_Gpu(values=tuple(values), per_block=per_block, output_cost=output_cost))
     return found
 
 
-def _knapsack(gpus: Sequence[_Gpu], n_blocks: int, exactly: int | None) -> float:
+def _fractional(gpus: Sequence[_Gpu], n_blocks: int, exactly: int | None) -> float:
     """The best value of at most ``n_blocks`` blocks (exactly ``exactly`` when given) over these
     GPUs, each taking at most its blocks, fractions allowed; past every GPU's room a forced block
     counts at the best value per block (still an upper bound: no layout places it)."""
@@ -115,6 +135,23 @@ def _knapsack(gpus: Sequence[_Gpu], n_blocks: int, exactly: int | None) -> float
     return total
 
 
+def _exact(gpus: Sequence[_Gpu], n_blocks: int, exactly: int | None) -> float:
+    """The same in whole blocks per GPU, each GPU at its own value per count (a max-plus knapsack)."""
+    best = np.full(n_blocks + 1, -np.inf)
+    best[0] = 0.0
+    for gpu in gpus:
+        values = np.asarray(gpu.values)
+        after = best.copy()
+        for b in range(1, min(gpu.blocks, n_blocks) + 1):
+            np.maximum(after[b:], best[: n_blocks + 1 - b] + values[b], out=after[b:])
+        best = after
+    return float(best[exactly] if exactly is not None else best.max())
+
+
+def _knapsack(gpus: Sequence[_Gpu], n_blocks: int, exactly: int | None) -> float:
+    return _exact(gpus, n_blocks, exactly) if len(gpus) <= EXACT_GPUS else _fractional(gpus, n_blocks, exactly)
+
+
 def _best(gpus: Sequence[_Gpu], profile: MemoryProfile, prices: Prices, target: int | None, full: bool) -> float:
     """The relaxation's optimum on one set of GPUs, under the rules on GPU layers."""
     n = profile.n_blocks
@@ -127,8 +164,6 @@ def _best(gpus: Sequence[_Gpu], profile: MemoryProfile, prices: Prices, target: 
         options += [_knapsack(gpus, n, target - 1) + output] if target >= 1 else []
         return max(options, default=-math.inf)
     return _knapsack(gpus, n, None) + max(0.0, output)
-
-
 def relaxed_bound(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, prices: Prices) -> float:
     """No valid layout of ``deployment`` is worth more under ``prices`` (see the module docstring)."""
     params = deployment.params
