@@ -1,13 +1,18 @@
 """Start-up: the CLI keeps pydantic's plugin loader (and ``importlib.metadata``) off its path while
-every plugin is disabled, without changing what it prints; a user's own setting still rules."""
+every plugin is disabled, without changing what it prints; a user's own setting still rules. It
+builds the options of the subcommand it runs only, and answers as the full parser does."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fixtures_gguf import write_tiny
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,3 +60,31 @@ def test_the_stand_in_hands_any_other_name_to_pydantic_s_loader() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert done.stdout.split() == ["NoPluginLoader", "pydantic", "module"]
+
+
+def _answer(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[int, str]:
+    """What parsing ``argv`` prints (help or error) and its exit code."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            parser.parse_known_args(argv)
+        except SystemExit as exc:
+            return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()
+
+
+def test_a_parser_built_for_one_subcommand_answers_as_the_whole_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``main`` builds only the subcommand it runs: its help and its errors are the full parser's,
+    and the other subcommands (those of other modules) are left as bare names."""
+    from layerfit.cli import build_parser
+    from layerfit.cli.common import SUBCOMMANDS
+
+    monkeypatch.setenv("COLUMNS", "100")
+    whole = build_parser()
+    for name, (module, _) in SUBCOMMANDS.items():
+        one = build_parser(name)
+        for argv in ([name, "--help"], [name], [name, "--json", "--time-limit", "x"], [name, "a", "b", "c"]):
+            assert _answer(one, argv) == _answer(whole, argv), argv
+        for other, (home, _) in SUBCOMMANDS.items():
+            if home != module:  # left bare: no options of its own, so its help is not the full one's
+                assert _answer(one, [other, "--help"]) != _answer(whole, [other, "--help"])

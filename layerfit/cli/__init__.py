@@ -9,13 +9,13 @@ Exit codes: 0 placed (or estimate printed), 1 nothing fits, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
-from layerfit.cli import estimate, examples, plan, replan, schema
-from layerfit.cli.common import EXAMPLES, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, HELP_FORMAT
+from layerfit.cli.common import EXAMPLES, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, HELP_FORMAT, SUBCOMMANDS
 from layerfit.cli.plugins import without_plugin_scan
 from layerfit.errors import InputError, LayerfitError
 
@@ -29,8 +29,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand, or with only ``command``'s options and the other
+    subcommands by name and help line: all that a run of ``command`` ever shows of them."""
     parser = _Parser(
         prog="layerfit",
         description="Place GGUF models (llama.cpp) on GPU clusters, and prove the placement optimal.",
@@ -41,12 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     commands = cast(
         "argparse._SubParsersAction[argparse.ArgumentParser]", parser.add_subparsers(dest="command", required=True)
     )
-    plan.register(commands)
-    estimate.register(commands)
-    replan.register(commands)
-    examples.register(commands)
-    schema.register(commands)
+    for module in dict.fromkeys(home for home, _ in SUBCOMMANDS.values()):  # plan registers explain too
+        names = [name for name, (home, _) in SUBCOMMANDS.items() if home == module]
+        if command is None or command in names:
+            register: Callable[..., None] = importlib.import_module(f"layerfit.cli.{module}").register
+            register(commands)
+        else:
+            for name in names:
+                commands.add_parser(name, help=SUBCOMMANDS[name][1])
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs, when its first word names one; else ``None`` (``--help``, a typo)."""
+    return argv[0] if argv and argv[0] in SUBCOMMANDS else None
 
 
 def _own_options(parser: argparse.ArgumentParser, command: str) -> list[str]:
@@ -81,7 +90,8 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
 
 def main(argv: Sequence[str] | None = None) -> int:
     without_plugin_scan()
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command(argv))
     try:
         args, rest = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed on one line

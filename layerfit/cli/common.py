@@ -18,6 +18,16 @@ EXIT_BAD_INPUT = 2
 
 HELP_FORMAT = argparse.RawDescriptionHelpFormatter
 
+SUBCOMMANDS = {
+    "plan": ("plan", "place one deployment"),
+    "explain": ("plan", "why a deployment does not fit, and the smallest change that would"),
+    "estimate": ("estimate", "memory of a GGUF model, per layer and in total"),
+    "replan": ("replan", "re-plan a whole fleet and list the moves"),
+    "examples": ("examples", "write the bundled example inputs (cluster, deployments, layout, fleet) to a folder"),
+    "schema": ("schema", "print the JSON Schema of an output: plan, fleet or estimate"),
+}
+"""Each subcommand's module in ``layerfit.cli`` and its line in ``layerfit --help``, in that order."""
+
 EXAMPLES = """\
 examples (`layerfit examples examples` writes the bundled examples/ folder):
   layerfit plan --cluster examples/cluster.yaml --deployment examples/deployment.yaml

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT
+from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT, SUBCOMMANDS
 
 _ESTIMATE_FIELDS = {
     "ctx_size": "context tokens (default 8192, GPUStack's; 0 = the training context, as in llama.cpp)",
@@ -55,7 +55,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add ``estimate`` to the subcommands."""
     estimate = commands.add_parser(
         "estimate",
-        help="memory of a GGUF model, per layer and in total",
+        help=SUBCOMMANDS["estimate"][1],
         description="The memory llama.cpp will allocate for a GGUF model, read from its header.",
         epilog=llama_flags_help() + "\n" + EXAMPLES,
         formatter_class=HELP_FORMAT,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT
+from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT, SUBCOMMANDS
 
 
 def example_files() -> dict[str, bytes]:
@@ -45,7 +45,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add ``examples`` to the subcommands."""
     examples = commands.add_parser(
         "examples",
-        help="write the bundled example inputs (cluster, deployments, layout, fleet) to a folder",
+        help=SUBCOMMANDS["examples"][1],
         epilog=EXAMPLES,
         formatter_class=HELP_FORMAT,
         allow_abbrev=False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, HELP_FORMAT, add_build_arguments, exit_code, seconds
+from layerfit.cli.common import EXAMPLES, HELP_FORMAT, SUBCOMMANDS, add_build_arguments, exit_code, seconds
 from layerfit.domain.choices import ModelKind, Policy
 
 
@@ -46,13 +46,13 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``plan`` and ``explain`` to the subcommands."""
     plan = commands.add_parser(
-        "plan", help="place one deployment", epilog=EXAMPLES, formatter_class=HELP_FORMAT, allow_abbrev=False
+        "plan", help=SUBCOMMANDS["plan"][1], epilog=EXAMPLES, formatter_class=HELP_FORMAT, allow_abbrev=False
     )
     _add_plan_arguments(plan)
     plan.set_defaults(handler=cmd_plan)
     explain = commands.add_parser(
         "explain",
-        help="why a deployment does not fit, and the smallest change that would",
+        help=SUBCOMMANDS["explain"][1],
         epilog=EXAMPLES,
         formatter_class=HELP_FORMAT,
         allow_abbrev=False,

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from layerfit.cli.common import EXAMPLES, EXIT_NO_FIT, HELP_FORMAT, add_build_arguments, exit_code, seconds
+from layerfit.cli.common import (
+    EXAMPLES,
+    EXIT_NO_FIT,
+    HELP_FORMAT,
+    SUBCOMMANDS,
+    add_build_arguments,
+    exit_code,
+    seconds,
+)
 from layerfit.domain.choices import Executor
 
 PER_DEPLOYMENT_SECONDS = 2.0
@@ -57,7 +65,7 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``replan`` to the subcommands."""
     replan = commands.add_parser(
-        "replan", help="re-plan a whole fleet and list the moves", epilog=EXAMPLES, formatter_class=HELP_FORMAT
+        "replan", help=SUBCOMMANDS["replan"][1], epilog=EXAMPLES, formatter_class=HELP_FORMAT
     )
     replan.add_argument("fleet", help="fleet YAML/JSON: cluster, deployments, current placements")
     replan.add_argument("--time-limit", type=seconds, default=60.0, help="master solver time limit (default 60 s)")

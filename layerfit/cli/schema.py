@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from layerfit.cli.common import EXIT_PLACED, HELP_FORMAT
+from layerfit.cli.common import EXIT_PLACED, HELP_FORMAT, SUBCOMMANDS
 
 OUTPUTS = {
     "plan": "what `layerfit plan --json` and `layerfit explain --json` print",
@@ -47,7 +47,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add ``schema`` to the subcommands."""
     schema = commands.add_parser(
         "schema",
-        help="print the JSON Schema of an output: plan, fleet or estimate",
+        help=SUBCOMMANDS["schema"][1],
         description="The JSON Schema of what --json prints; every output carries its schema_version.",
         formatter_class=HELP_FORMAT,
         allow_abbrev=False,
