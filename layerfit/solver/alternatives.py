@@ -14,7 +14,7 @@ then exclude those GPU sets too, and come after them: best tie-break first still
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ortools.sat.python import cp_model
 
@@ -25,7 +25,7 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.plan import Candidate
 from layerfit.domain.profile import MemoryProfile
-from layerfit.solver.build import BuiltModel
+from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.candidates import candidate_of, checked_candidate
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, tie_break
@@ -56,20 +56,25 @@ def alternatives(
     shortcuts: bool = True,
 ) -> tuple[Candidate, ...]:
     """Up to ``config.alternatives`` more layouts as good on the strict tiers, on other GPU sets,
-    best tie-break first (the final model keeps the strict tiers fixed)."""
-    built = outcome.built
-    tiers = strict_tiers(built.instance, built.variables)
-    for expression, value in (
-        (tiers.layers, outcome.layers),
-        (tiers.workers, outcome.workers),
-        (tiers.gpus, outcome.gpus),
-    ):
-        built.model.add(expression == value)
-    if not outcome.ranks_tie_break:
-        built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=outcome.gpus > 0))
-    return alternatives_after(
-        cluster, deployment, profile, config, built, outcome.best, clock, trace, shortcuts=shortcuts
-    )
+    best tie-break first (the final model keeps the strict tiers fixed). The final model is built
+    only when twin swaps do not already give them all (``outcome.wider``)."""
+
+    def final_model() -> BuiltModel:
+        built = outcome.built if outcome.wider is None else build_model(outcome.wider)
+        tiers = strict_tiers(built.instance, built.variables)
+        for expression, value in (
+            (tiers.layers, outcome.layers),
+            (tiers.workers, outcome.workers),
+            (tiers.gpus, outcome.gpus),
+        ):
+            built.model.add(expression == value)
+        if not outcome.ranks_tie_break or outcome.wider is not None:
+            uses_gpus = outcome.gpus > 0
+            built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=uses_gpus))
+        return built
+
+    best = outcome.best.layout(outcome.built)
+    return _alternatives(cluster, deployment, profile, config, final_model, best, clock, trace, shortcuts=shortcuts)
 
 
 def alternatives_after(
@@ -88,15 +93,32 @@ def alternatives_after(
     are fixed, each excluding the GPU sets found so far, until ``config.alternatives`` are found or
     no other exists."""
     best = previous.layout(built)
-    exclude(built.model, built.instance, built.variables, best)
+    return _alternatives(cluster, deployment, profile, config, lambda: built, best, clock, trace, shortcuts=shortcuts)
+
+
+def _alternatives(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    final_model: Callable[[], BuiltModel],
+    best: Layout,
+    clock: Clock,
+    trace: Trace,
+    *,
+    shortcuts: bool,
+) -> tuple[Candidate, ...]:
     found: list[Candidate] = []
     if shortcuts:
         found = twin_alternatives(cluster, deployment, profile, config, best, config.alternatives)
         if found:
             trace.shortcuts.append(f"{TWIN_SWAP}:{len(found)}")
-        for candidate in found:
-            exclude(built.model, built.instance, built.variables, candidate.layout)
-    if len(found) < config.alternatives and shortcuts and only_gpu_set(built, best):
+    if len(found) >= config.alternatives:
+        return tuple(found)
+    built = final_model()
+    for layout in (best, *(candidate.layout for candidate in found)):
+        exclude(built.model, built.instance, built.variables, layout)
+    if shortcuts and only_gpu_set(built, best):
         trace.shortcuts.append(NO_OTHER_GPU_SET)
         return tuple(found)
     uses_gpus = bool(best.devices)

@@ -88,6 +88,21 @@ class Costs:
         )
 
 
+def full_offload_fixed(costs: Costs, role: DeviceRole, unified: bool | None, *, multi: bool) -> int:
+    """The fixed cost of a device of ``role`` in a full offload (``None``: the least over memory types)."""
+    return min(
+        (
+            cost
+            for kind, cost in costs.device.items()
+            if kind.role is role
+            and not kind.partial
+            and (unified is None or kind.unified in (None, unified))
+            and kind.multi in (None, multi)
+        ),
+        default=0,
+    )
+
+
 def memory_costs(profile: MemoryProfile) -> Costs:
     """The profile's figures in bytes, with the additive parts checked against the memory model."""
     gpu_prefix = block_prefix_bytes(profile)

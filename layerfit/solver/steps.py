@@ -144,7 +144,7 @@ def multi_worker_step(
     narrow = candidates.restricted(
         rpc_slots=candidates.rpc_slots, local_slots=candidates.local_slots, mains=mains, rpc_workers=rpc
     )
-    return tie_break_stage(narrow, outcome, config, clock, trace)
+    return tie_break_stage(narrow, outcome, config, clock, trace, shortcuts=valid is not None)
 
 
 def _hint_if(

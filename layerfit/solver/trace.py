@@ -81,6 +81,9 @@ class SearchOutcome:
     ranks_tie_break: bool = True
     """The final model minimises the tie-break (false for a strict model whose tie-break stage found
     nothing)."""
+    wider: Instance | None = None
+    """Where the alternatives' re-solves run when ``built`` is narrower than the tie-break's
+    candidates (the tie-break was decided on the step's dominance-pruned model without a search)."""
 
 
 def not_run(deployment: Deployment, wall_time_s: float = 0.0) -> SolveResult:

@@ -20,6 +20,7 @@ from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.profile import DeviceRole
 from layerfit.solver.bounds import gpu_room
 from layerfit.solver.build import BuiltModel
+from layerfit.solver.costs import full_offload_fixed
 from layerfit.solver.instance import Instance, SlotKind
 from layerfit.solver.runner import complete_hint
 
@@ -65,7 +66,7 @@ def multi_worker_witness(instance: Instance, workers: int, gpus: int, valid: Val
     remote = {w: _gpus(instance, w, SlotKind.RPC) for w, view in enumerate(instance.workers) if view.rpc_ok}
     remote = {w: found for w, found in remote.items() if found}
     local = {w: _gpus(instance, w, SlotKind.LOCAL) for w, view in enumerate(instance.workers) if view.main_ok}
-    overhead = _fixed(instance, DeviceRole.RPC, None, multi=gpus > 1)
+    overhead = full_offload_fixed(instance.costs, DeviceRole.RPC, None, multi=gpus > 1)
     pool = _pool(remote, servers, overhead)
     shared = _best_servers(remote, pool, servers, overhead)
     trials: list[tuple[int, int, int]] = []
@@ -143,21 +144,6 @@ def _best_servers(
     return best[servers]
 
 
-def _fixed(instance: Instance, role: DeviceRole, unified: bool | None, *, multi: bool) -> int:
-    """The fixed cost of a device of ``role`` in a full offload (``None``: the least over memory types)."""
-    return min(
-        (
-            cost
-            for kind, cost in instance.costs.device.items()
-            if kind.role is role
-            and not kind.partial
-            and (unified is None or kind.unified in (None, unified))
-            and kind.multi in (None, multi)
-        ),
-        default=0,
-    )
-
-
 def _place(instance: Instance, main: int, own: list[_Gpu], remote: list[_Gpu]) -> Layout | None:
     """Every block and the output layer on ``remote`` then ``own`` (its largest GPU last, as the
     main GPU), each device from the last one taking the longest run of blocks that fits."""
@@ -172,7 +158,7 @@ def _place(instance: Instance, main: int, own: list[_Gpu], remote: list[_Gpu]) -
             role = DeviceRole.MAIN if position == len(ordered) - 1 else DeviceRole.LOCAL
         else:
             role = DeviceRole.RPC
-        room = gpu.room - _fixed(instance, role, instance.workers[gpu.worker].unified, multi=multi)
+        room = gpu.room - full_offload_fixed(instance.costs, role, instance.workers[gpu.worker].unified, multi=multi)
         room -= costs.output if position == len(ordered) - 1 else 0
         room -= costs.first_device if position == 0 and multi else 0
         # the earliest start whose run up to ``end`` fits, leaving a block for each earlier device
