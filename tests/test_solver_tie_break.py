@@ -6,15 +6,22 @@
   bound agrees with the full solve (every tie-break a CP-SAT search): the same strict tiers and,
   under spread, the same headroom within one model unit per device; under binpack within the
   tie-break's coarse unit. Alternatives are at least as many as the full solve's.
+* A tie-break not searched (a model over ``LARGE_MODEL_CLASSES``; the limit set to 0 here) gives
+  a valid layout of the full solve's strict tiers, never better than its tie-break (which would
+  make the full solve's proof wrong) and, when it claims the optimum, as good.
+* The binpack bound's knapsack equals brute force over every choice of GPUs.
 * Identical GPUs over many workers (GPUStack's distributed scenario): the bound is met, without a
   tie-break search, and the answer's score equals the full solve's.
 """
 
 from __future__ import annotations
 
-from hypothesis import event, given, settings
+from itertools import combinations
+from unittest import mock
+
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
-from test_solver_properties import SLOW, assert_valid, configs, result_key, tier_key
+from test_solver_properties import SLOW, assert_valid, configs, profiles, result_key, tier_key
 from test_solver_witness import shared_clusters
 
 from layerfit import heuristics
@@ -31,10 +38,11 @@ from layerfit.domain import (
     Status,
     Worker,
 )
-from layerfit.solver import SolveResult, solve
-from layerfit.solver.instance import build_instance
+from layerfit.solver import SolveResult, solve, tie_break_stage
+from layerfit.solver.bounds import class_blocks
+from layerfit.solver.instance import SlotKind, build_instance
 from layerfit.solver.scale import tie_break_unit
-from layerfit.solver.tie_break_bound import TIE_BREAK_BOUND_MET, DeviceRoom, best_reserve, most_blocks
+from layerfit.solver.tie_break_bound import TIE_BREAK_BOUND_MET, DeviceRoom, best_reserve, binpack_bound, most_blocks
 
 
 @given(
@@ -49,12 +57,13 @@ from layerfit.solver.tie_break_bound import TIE_BREAK_BOUND_MET, DeviceRoom, bes
     block=st.integers(1, 50),
 )
 def test_best_reserve_is_the_largest_that_holds_the_blocks(devices: list[DeviceRoom], blocks: int, block: int) -> None:
-    found = best_reserve(devices, blocks, block)
+    runs = tuple(block * (b + 1) + b * b for b in range(blocks))  # non-decreasing run costs
+    found = best_reserve(devices, blocks, runs)
     if found is None:
-        assert most_blocks(devices, 0, block) < blocks
+        assert most_blocks(devices, 0, runs) < blocks
         return
-    assert most_blocks(devices, found, block) >= blocks
-    assert most_blocks(devices, found + 1, block) < blocks
+    assert most_blocks(devices, found, runs) >= blocks
+    assert most_blocks(devices, found + 1, runs) < blocks
 
 
 def _uniform_profile(n_blocks: int, block_mib: int, fixed_mib: int, output_mib: int) -> MemoryProfile:
@@ -96,8 +105,10 @@ def _assert_agrees(where: Cluster, dep: Deployment, profile: MemoryProfile, conf
     assert fast.status is Status.OPTIMAL
     full = solve(where, dep, profile, config, hint=hint, shortcuts=False)
     assert not _met(full)
-    assert full.status is Status.OPTIMAL and fast.best is not None and full.best is not None
+    assert fast.best is not None and full.best is not None and full.strict_optimal
     assert result_key(fast) == result_key(full) == tier_key(fast.best.layout)
+    if full.status is not Status.OPTIMAL:
+        return True  # the full solve's tie-break ran out of its time share (a loaded machine)
     instance = build_instance(where, dep, profile, config)
     unit_mib = instance.scale.unit_bytes / MiB
     if config.policy is Policy.BINPACK:
@@ -115,6 +126,36 @@ def test_a_tie_break_decided_by_its_bound_agrees_with_the_full_solve(data: st.Da
     profile = data.draw(uniform_profiles())
     where = data.draw(shared_clusters(profile))
     event(f"bound met: {_assert_agrees(where, _deployment(profile), profile, data.draw(configs()))}")
+
+
+@settings(SLOW, max_examples=40)
+@given(data=st.data())
+def test_a_tie_break_not_searched_is_valid_and_never_beats_the_full_solve(data: st.DataObject) -> None:
+    profile = data.draw(profiles(max_blocks=16, unit=16 * MiB))
+    where = data.draw(shared_clusters(profile))
+    config = data.draw(configs())
+    dep = _deployment(profile)
+    hint = heuristics.plan(where, dep, config, profile).layout
+    with mock.patch.object(tie_break_stage, "LARGE_MODEL_CLASSES", 0):
+        fast = solve(where, dep, profile, config, hint=hint)
+    assert_valid(where, dep, profile, config, fast)
+    shortcuts = str(fast.stats.details["shortcuts"])
+    event(f"not searched: {next((s for s in shortcuts.split(',') if s.startswith('tie-break-not')), 'no')}")
+    if "tie-break-not-searched" not in shortcuts:
+        return
+    full = solve(where, dep, profile, config, hint=hint, shortcuts=False)
+    assert fast.best is not None and full.best is not None and fast.strict_optimal and full.strict_optimal
+    assert result_key(fast) == result_key(full)
+    if full.status is not Status.OPTIMAL:
+        return  # the full solve's tie-break ran out of its time share (a loaded machine): nothing to compare
+    instance = build_instance(where, dep, profile, config)
+    unit_mib = instance.scale.unit_bytes / MiB
+    if config.policy is Policy.BINPACK:
+        unit_mib *= tie_break_unit(cls.capacity for cls in instance.classes)
+    tolerance = (len(fast.best.layout.devices) + 1) * unit_mib
+    assert fast.best.score <= full.best.score + tolerance
+    if fast.status is Status.OPTIMAL:
+        assert fast.best.score >= full.best.score - tolerance
 
 
 def _identical_workers(count: int, gpus_each: tuple[int, ...]) -> Cluster:
@@ -149,3 +190,29 @@ def test_identical_gpus_decide_the_tie_break_by_its_bound(
     layout = heuristics.plan(where, dep, config, profile).layout
     assert layout is not None and layout.gpu_layers == profile.n_layers
     assert _assert_agrees(where, dep, profile, config), solve(where, dep, profile, config, hint=layout).stats.details
+
+
+@settings(SLOW, max_examples=60)
+@given(data=st.data())
+def test_the_binpack_knapsack_equals_brute_force(data: st.DataObject) -> None:
+    """``binpack_bound`` (a dynamic programme) is the least allocatable VRAM of ``g`` candidate GPUs
+    whose whole-block capacities add up to the blocks, as every choice of ``g`` GPUs shows."""
+    profile = data.draw(profiles(max_blocks=16, unit=16 * MiB))
+    where = data.draw(shared_clusters(profile))
+    config = data.draw(configs()).model_copy(update={"policy": Policy.BINPACK})
+    instance = build_instance(where, _deployment(profile), profile, config)
+    gpus = data.draw(st.integers(1, 5))
+    items = []
+    for cls in instance.classes:
+        kinds = [kind for kind, ok in ((SlotKind.RPC, cls.rpc_ok), (SlotKind.LOCAL, cls.local_ok)) if ok]
+        if kinds:
+            held = max(class_blocks(instance, cls, kind, multi=gpus > 1) for kind in kinds)
+            items += [(cls.tie_capacity, held)] * cls.count
+    assume(len(items) >= gpus)
+    reaching = [
+        sum(size for size, _ in chosen)
+        for chosen in combinations(items, gpus)
+        if sum(held for _, held in chosen) >= instance.n_blocks
+    ]
+    expected = min(reaching) if reaching else sum(sorted(size for size, _ in items)[:gpus])
+    assert binpack_bound(instance, gpus) == expected

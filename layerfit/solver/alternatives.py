@@ -10,6 +10,10 @@ memory figure and no tie-break score, so when ``check`` accepts the result it is
 best on every tier, tie-break included, and on another GPU set: an alternative found without
 CP-SAT. (The model's symmetry breaking keeps such swaps out of its own re-solves.) The re-solves
 then exclude those GPU sets too, and come after them: best tie-break first still holds.
+
+The re-solves run on the tie-break's model, so they are skipped when its tie-break was not proven
+(``no-re-solve:tie-break-unproven``): it was cut by the time or too large to search, and so would
+they be. Together they take at most as long as the solve before them (at least 0.1 s).
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ TWIN_SWAP = "twin-swap"
 NO_OTHER_GPU_SET = "no-other-gpu-set"
 """Shortcut name: the model has one main worker and no more GPUs than the layout uses, so the
 best layout's GPU set is the only one: no re-solve can find an alternative."""
-MIN_ALTERNATIVES_TIME_S = 0.5
+NO_RE_SOLVE = "no-re-solve:tie-break-unproven"
+"""Shortcut name: the tie-break was not proven (cut by its time share, or not searched on a model
+too large), so re-solves of that model would be cut too: only twin swaps are returned."""
+MIN_ALTERNATIVES_TIME_S = 0.1
 """The re-solves together may take as long as the solve took before them, at least this (within
 the limit); past it the set is cut (``truncated``)."""
 
@@ -74,7 +81,10 @@ def alternatives(
         return built
 
     best = outcome.best.layout(outcome.built)
-    return _alternatives(cluster, deployment, profile, config, final_model, best, clock, trace, shortcuts=shortcuts)
+    re_solve = outcome.tie_break_proven or not shortcuts
+    return _alternatives(
+        cluster, deployment, profile, config, final_model, best, clock, trace, shortcuts=shortcuts, re_solve=re_solve
+    )
 
 
 def alternatives_after(
@@ -107,13 +117,18 @@ def _alternatives(
     trace: Trace,
     *,
     shortcuts: bool,
+    re_solve: bool = True,
 ) -> tuple[Candidate, ...]:
+    """Twin swaps, then (``re_solve``) re-solves of ``final_model()``, built only when needed."""
     found: list[Candidate] = []
     if shortcuts:
         found = twin_alternatives(cluster, deployment, profile, config, best, config.alternatives)
         if found:
             trace.shortcuts.append(f"{TWIN_SWAP}:{len(found)}")
     if len(found) >= config.alternatives:
+        return tuple(found)
+    if not re_solve:
+        trace.shortcuts.append(NO_RE_SOLVE)
         return tuple(found)
     built = final_model()
     for layout in (best, *(candidate.layout for candidate in found)):

@@ -14,19 +14,23 @@ relaxation that forgets which worker each GPU belongs to:
 
 A layout meets the bound when its value in the model (read from the model's own solution of it)
 equals it: the tie-break is then proven optimal. For spread the layout is the step's own GPUs with
-their blocks rebalanced to keep the largest reserve (``rebalanced``), checked in bytes. Only with
-blocks that all cost the same, no experts placed apart and no rule fixing the layout's shape.
+their blocks rebalanced to keep the largest reserve (``rebalanced``), a solution of the model.
+Blocks of different sizes count, in the bound, as the lightest run of each length
+(``bounds.lightest_runs``). Not with experts placed apart or a rule fixing the layout's shape.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from layerfit.domain.config import Policy
 from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.profile import DeviceRole
-from layerfit.solver.bounds import gpu_room
+from layerfit.solver.bounds import blocks_within, class_blocks, gpu_room, lightest_runs
 from layerfit.solver.build import BuiltModel
 from layerfit.solver.costs import full_offload_fixed
 from layerfit.solver.instance import Instance, SlotKind
@@ -49,10 +53,11 @@ class DeviceRoom:
 
 
 def applies(instance: Instance, layers: int) -> bool:
-    """Whether the bound is computed for this model: every layer on GPUs, uniform blocks, free shape."""
+    """Whether the bound is computed for this model: every layer on GPUs, no experts placed apart,
+    no rule fixing the layout's shape."""
     rules = instance.rules
     return (
-        instance.uniform_blocks
+        instance.experts is None
         and layers == instance.n_layers
         and rules.tensor_split is None
         and rules.device_count is None
@@ -60,39 +65,40 @@ def applies(instance: Instance, layers: int) -> bool:
     )
 
 
-def most_blocks(devices: Sequence[DeviceRoom], reserve: int, block: int) -> int:
-    """Blocks the devices hold when each keeps ``reserve`` of its capacity free (-1: one cannot)."""
+def most_blocks(devices: Sequence[DeviceRoom], reserve: int, runs: tuple[int, ...]) -> int:
+    """An upper bound on the blocks the devices hold when each keeps ``reserve`` of its capacity free,
+    each taking the lightest run of its length (``runs``: ``bounds.lightest_runs``); -1: one cannot."""
     total = 0
     for device in devices:
         free = min(device.room, device.capacity - reserve) - device.fixed
         if free < 0:
             return -1
-        total += free // block
+        total += blocks_within(runs, free)
     return total
 
 
-def best_reserve(devices: Sequence[DeviceRoom], blocks: int, block: int) -> int | None:
+def best_reserve(devices: Sequence[DeviceRoom], blocks: int, runs: tuple[int, ...]) -> int | None:
     """The largest reserve with which ``devices`` still hold ``blocks`` blocks (``None``: not even 0)."""
-    if not devices or most_blocks(devices, 0, block) < blocks:
+    if not devices or most_blocks(devices, 0, runs) < blocks:
         return None
     low, high = 0, max(device.capacity for device in devices)
     while low < high:
         middle = (low + high + 1) // 2
-        if most_blocks(devices, middle, block) >= blocks:
+        if most_blocks(devices, middle, runs) >= blocks:
             low = middle
         else:
             high = middle - 1
     return low
 
 
-def _charged(devices: list[DeviceRoom], extra: int, block: int, reserve: int) -> list[DeviceRoom]:
+def _charged(devices: list[DeviceRoom], extra: int, runs: tuple[int, ...], reserve: int) -> list[DeviceRoom]:
     """``devices`` with ``extra`` charged to the one where it costs the fewest blocks at ``reserve``."""
     if not extra or not devices:
         return devices
 
     def loss(i: int) -> int:
         free = min(devices[i].room, devices[i].capacity - reserve) - devices[i].fixed
-        return free // block - (free - extra) // block if free >= extra else 1 << 62
+        return blocks_within(runs, free) - blocks_within(runs, free - extra) if free >= extra else 1 << 62
 
     cheapest = min(range(len(devices)), key=loss)
     return [
@@ -101,12 +107,14 @@ def _charged(devices: list[DeviceRoom], extra: int, block: int, reserve: int) ->
     ]
 
 
-def _largest(instance: Instance, kind: SlotKind, count: int) -> list[tuple[int, int]]:
-    """The ``count`` largest (capacity, room) pairs of GPUs that may fill a ``kind`` slot, each
-    list sorted on its own (so the i-th pair dominates the i-th GPU of any choice); short: fewer."""
+def _largest(instance: Instance, kind: SlotKind, count: int, worker: int | None) -> list[tuple[int, int]]:
+    """The ``count`` largest (capacity, room) pairs of GPUs that may fill a ``kind`` slot (of
+    ``worker`` only, unless ``None``), each list sorted on its own (so the i-th pair dominates the
+    i-th GPU of any choice); short: fewer."""
     gpus = [
         (instance.classes[c].capacity, gpu_room(instance, instance.classes[c], kind))
         for c in instance.classes_for(kind)
+        if worker is None or instance.classes[c].worker == worker
         for _ in range(instance.classes[c].count)
     ]
     capacities = sorted((capacity for capacity, _ in gpus), reverse=True)[:count]
@@ -114,33 +122,57 @@ def _largest(instance: Instance, kind: SlotKind, count: int) -> list[tuple[int, 
     return list(zip(capacities, rooms, strict=True))
 
 
+PER_WORKER_LIMIT = 48
+"""Up to this many candidate workers, the spread bound also takes the main worker's GPUs (and,
+with one rpc-server worker, that worker's) from one worker at a time."""
+
+
 def spread_bound(instance: Instance, gpus: int, workers: int) -> int | None:
     """An upper bound on the headroom of the tightest GPU over layouts with every layer on ``gpus``
-    GPUs of ``workers`` workers (``None``: the relaxation holds no such layout)."""
-    block = instance.costs.uniform_block
-    if block is None or block <= 0:
-        return None
+    GPUs of ``workers`` workers (``None``: the relaxation holds no such layout). The least of the
+    pooled relaxation and, on clusters of at most ``PER_WORKER_LIMIT`` candidate workers, the same
+    with the local GPUs from each main worker in turn, and with one rpc-server worker, the remote
+    GPUs from each in turn: each is a relaxation, so each bounds the optimum."""
+    pooled = _bound_over(instance, gpus, workers, [None], [None])
+    mains = [w for w, view in enumerate(instance.workers) if view.main_ok]
+    servers = [w for w, view in enumerate(instance.workers) if view.rpc_ok]
+    if pooled is None or len(mains) + len(servers) > PER_WORKER_LIMIT:
+        return pooled
+    bounds = [pooled, _bound_over(instance, gpus, workers, [*mains], [None])]
+    if workers == 2:
+        bounds.append(_bound_over(instance, gpus, workers, [None], [*servers]))
+    return min(bound for bound in bounds if bound is not None)
+
+
+def _bound_over(
+    instance: Instance, gpus: int, workers: int, mains: list[int | None], servers: list[int | None]
+) -> int | None:
+    """The largest reserve over the splits into rpc and local devices and the given choices of
+    where the local (``mains``) and the remote (``servers``) GPUs come from (``None``: anywhere)."""
+    runs = lightest_runs(instance)
     multi = gpus > 1
+    rpc_fixed = full_offload_fixed(instance.costs, DeviceRole.RPC, None, multi=multi)
     best: int | None = None
     for local in range(min(gpus, instance.local_slots) + 1):
         remote = gpus - local
         if remote > instance.rpc_slots or (workers > 1) != (remote > 0) or remote < workers - 1:
             continue
-        rpc = [
-            DeviceRoom(c, r, full_offload_fixed(instance.costs, DeviceRole.RPC, None, multi=multi))
-            for c, r in _largest(instance, SlotKind.RPC, remote)
-        ]
-        own = _largest(instance, SlotKind.LOCAL, local)
-        if len(rpc) < remote or len(own) < local:
-            continue
-        found = _group_bound(instance, rpc, own, multi, block)
-        if found is not None and (best is None or found > best):
-            best = found
+        for server in servers:
+            rpc = [DeviceRoom(c, r, rpc_fixed) for c, r in _largest(instance, SlotKind.RPC, remote, server)]
+            if len(rpc) < remote:
+                continue
+            for main in mains:
+                own = _largest(instance, SlotKind.LOCAL, local, main)
+                if len(own) < local:
+                    continue
+                found = _group_bound(instance, rpc, own, multi, runs)
+                if found is not None and (best is None or found > best):
+                    best = found
     return best
 
 
 def _group_bound(
-    instance: Instance, rpc: list[DeviceRoom], own: list[tuple[int, int]], multi: bool, block: int
+    instance: Instance, rpc: list[DeviceRoom], own: list[tuple[int, int]], multi: bool, runs: tuple[int, ...]
 ) -> int | None:
     """The largest reserve for one split: the main GPU (with the output layer) is whichever local
     GPU that costs the fewest blocks, the first device's copies likewise in the first group."""
@@ -153,15 +185,15 @@ def _group_bound(
         local = [DeviceRoom(c, r, local_fixed) for c, r in own]
         if local:
             # becoming the main GPU swaps the local fixed cost for the main one and adds the output
-            local = _charged(local, main_fixed - local_fixed + costs.output, block, reserve)
+            local = _charged(local, main_fixed - local_fixed + costs.output, runs, reserve)
             remote = rpc
         else:
-            remote = _charged(rpc, costs.output, block, reserve)
+            remote = _charged(rpc, costs.output, runs, reserve)
         if remote:
-            remote = _charged(remote, first, block, reserve)
+            remote = _charged(remote, first, runs, reserve)
         else:
-            local = _charged(local, first, block, reserve)
-        return most_blocks([*remote, *local], reserve, block) >= instance.n_blocks
+            local = _charged(local, first, runs, reserve)
+        return most_blocks([*remote, *local], reserve, runs) >= instance.n_blocks
 
     if not holds(0):
         return None
@@ -176,9 +208,41 @@ def _group_bound(
 
 
 def binpack_bound(instance: Instance, gpus: int) -> int:
-    """A lower bound on the allocatable VRAM (tie-break unit) of ``gpus`` GPUs: the smallest ones."""
-    sizes = sorted(cls.tie_capacity for cls in instance.classes if cls.rpc_ok or cls.local_ok for _ in range(cls.count))
-    return sum(sizes[:gpus])
+    """A lower bound on the allocatable VRAM (tie-break unit) of ``gpus`` GPUs holding every block:
+    the least a choice of ``gpus`` candidate GPUs costs whose whole-block capacities
+    (``bounds.class_blocks``, the larger of its two slot kinds) add up to the blocks (a knapsack
+    over GPUs, forgetting workers and order); without that, the ``gpus`` smallest."""
+    n = instance.n_blocks
+    multi = gpus > 1
+    by_blocks: dict[int, list[int]] = {}
+    for cls in instance.classes:
+        if not (cls.rpc_ok or cls.local_ok):
+            continue
+        kinds = [kind for kind, ok in ((SlotKind.RPC, cls.rpc_ok), (SlotKind.LOCAL, cls.local_ok)) if ok]
+        held = min(n, max(class_blocks(instance, cls, kind, multi=multi) for kind in kinds))
+        by_blocks.setdefault(held, []).extend([cls.tie_capacity] * cls.count)
+    smallest = sorted(size for sizes in by_blocks.values() for size in sizes)
+    if len(smallest) < gpus:
+        return sum(smallest)
+    # least[j][b]: the least total of j GPUs holding b blocks or more (b capped at n)
+    least = np.full((gpus + 1, n + 1), _NONE, dtype=np.int64)
+    least[0, 0] = 0
+    for held, sizes in by_blocks.items():
+        costs = np.cumsum(sorted(sizes)[:gpus])
+        before = least.copy()
+        for taken, cost in enumerate(costs, start=1):
+            gain = min(n, held * taken)
+            source = before[: gpus + 1 - taken]
+            reached = np.full_like(source, _NONE)
+            reached[:, gain:n] = source[:, : n - gain]
+            reached[:, n] = source[:, n - gain :].min(axis=1)  # n or more blocks count as n
+            least[taken:] = np.minimum(least[taken:], reached + int(cost))
+    found = int(least[gpus, n])
+    return found if found < _NONE else sum(smallest[:gpus])
+
+
+_NONE = 1 << 60
+"""No choice reaches this state."""
 
 
 def model_value(built: BuiltModel, found: Run) -> int:
@@ -193,42 +257,62 @@ def model_value(built: BuiltModel, found: Run) -> int:
 
 
 def rebalanced(instance: Instance, layout: Layout) -> Layout | None:
-    """``layout``'s GPUs, in its order, with every block placed to keep the largest reserve free on
-    each (``best_reserve``); ``None`` when the model cannot hold its GPUs or no reserve holds the blocks."""
-    block = instance.costs.uniform_block
-    if block is None or block <= 0 or not layout.devices:
+    """``layout``'s GPUs, in its order, with its blocks placed to keep the largest reserve free on
+    every GPU (the spread tie-break); ``None`` when the model cannot hold its GPUs or no reserve
+    holds the blocks."""
+    devices = _rooms(instance, layout)
+    if devices is None or _runs(instance, devices, 0) is None:
         return None
-    multi = len(layout.devices) > 1
-    last = len(layout.devices) - 1
-    devices: list[DeviceRoom] = []
-    for position, device in enumerate(layout.devices):
-        c = instance.class_of(device.worker, device.gpu_index)
-        if c is None:
-            return None
-        local = device.worker == layout.main_worker
-        kind = SlotKind.LOCAL if local else SlotKind.RPC
-        role = DeviceRole.RPC if not local else DeviceRole.MAIN if position == last else DeviceRole.LOCAL
-        unified = instance.workers[instance.classes[c].worker].unified
-        fixed = full_offload_fixed(instance.costs, role, unified, multi=multi)
-        fixed += instance.costs.output if position == last else 0
-        fixed += instance.costs.first_device if position == 0 and multi else 0
-        cls = instance.classes[c]
-        devices.append(DeviceRoom(cls.capacity, gpu_room(instance, cls, kind), fixed))
-    reserve = best_reserve(devices, instance.n_blocks, block)
-    if reserve is None:
-        return None
-    left = instance.n_blocks
-    blocks = [0] * len(devices)
-    for position in range(last, -1, -1):
-        most = most_blocks(devices[position : position + 1], reserve, block)
-        blocks[position] = min(most, left - position)  # at least one block for each earlier device
-        if blocks[position] < 1:
-            return None
-        left -= blocks[position]
-    if left:
-        return None
+    low, high = 0, max(device.capacity for device in devices)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _runs(instance, devices, middle) is None:
+            high = middle - 1
+        else:
+            low = middle
+    blocks = _runs(instance, devices, low) or []
     placed = tuple(
         DeviceAssignment(worker=device.worker, gpu_index=device.gpu_index, blocks=count)
         for device, count in zip(layout.devices, blocks, strict=True)
     )
     return layout.model_copy(update={"devices": placed, "output_offloaded": True})
+
+
+def _rooms(instance: Instance, layout: Layout) -> list[DeviceRoom] | None:
+    """Each device of a full offload with the fixed cost of its place (role, output, first device)."""
+    if not layout.devices:
+        return None
+    multi = len(layout.devices) > 1
+    last = len(layout.devices) - 1
+    rooms: list[DeviceRoom] = []
+    for position, device in enumerate(layout.devices):
+        c = instance.class_of(device.worker, device.gpu_index)
+        if c is None:
+            return None
+        cls = instance.classes[c]
+        local = device.worker == layout.main_worker
+        role = DeviceRole.RPC if not local else DeviceRole.MAIN if position == last else DeviceRole.LOCAL
+        fixed = full_offload_fixed(instance.costs, role, instance.workers[cls.worker].unified, multi=multi)
+        fixed += instance.costs.output if position == last else 0
+        fixed += instance.costs.first_device if position == 0 and multi else 0
+        rooms.append(
+            DeviceRoom(cls.capacity, gpu_room(instance, cls, SlotKind.LOCAL if local else SlotKind.RPC), fixed)
+        )
+    return rooms
+
+
+def _runs(instance: Instance, devices: Sequence[DeviceRoom], reserve: int) -> list[int] | None:
+    """Blocks per device when each keeps ``reserve`` free: from the last device back, each takes the
+    longest run it holds (at least one block left for each device before it); ``None``: some block
+    finds no room."""
+    up, down = instance.costs.block_prefix_up, instance.costs.block_prefix_down
+    end = instance.n_blocks
+    counts = [0] * len(devices)
+    for position in reversed(range(len(devices))):
+        free = min(devices[position].room, devices[position].capacity - reserve) - devices[position].fixed
+        begin = max(position, bisect_left(down, up[end] - free, 0, end + 1))
+        if begin >= end:
+            return None
+        counts[position] = end - begin
+        end = begin
+    return counts if end == 0 else None

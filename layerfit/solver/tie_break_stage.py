@@ -1,9 +1,13 @@
 """Step 3 of ``search``: the tie-break with the strict tiers fixed, on a narrowed model.
 
-Before any search, a bound on the tie-break (``tie_break_bound``) may decide it: when the step's
-layout, or that layout with its blocks rebalanced (spread), meets the bound in the model's own
-units, the tie-break is proven without building the narrowed model (``tie-break-bound-met``).
-Otherwise the best of those layouts hints the search and the bound limits its objective.
+Before any search, the step's layout is improved directly: each worker's devices move to the GPUs
+the policy prefers (``reassign``) and, under spread, the blocks are rebalanced to keep the most
+headroom (``tie_break_bound.rebalanced``), checked as a solution of a model of those workers alone.
+When that layout meets a bound on the tie-break (``tie_break_bound``) in the model's own units,
+the tie-break is proven without a search (``tie-break-bound-met``). Otherwise it hints the search
+and the bound limits its objective; a model of more candidate GPU classes than
+``LARGE_MODEL_CLASSES`` is not searched at all (``tie-break-not-searched``: CP-SAT's presolve
+outlasts the time share there) and that layout is the answer, not proven best.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, tie_break
 from layerfit.solver.progress import tie_break_measure
+from layerfit.solver.reassign import device_needs, reassigned
 from layerfit.solver.runner import Run, complete_hint, hint_decisions, run
 from layerfit.solver.tie_break_bound import (
     TIE_BREAK_BOUND_MET,
@@ -32,19 +37,34 @@ from layerfit.solver.trace import Clock, SearchOutcome, Trace, stage_name
 
 MIN_TIE_BREAK_TIME_S = 1.0
 """The tie-break may take as long as the strict tiers took, at least this (within the limit)."""
+LARGE_MODEL_CLASSES = 48
+"""A tie-break model with more candidate GPU classes than this is not searched: CP-SAT's presolve
+alone outlasts its time share there (probing ~0.5 s CPU on 1,024 GPUs of uneven 671B blocks,
+57 classes left after narrowing)."""
+TIE_BREAK_NOT_SEARCHED = "tie-break-not-searched"
+"""Shortcut name: the tie-break of a model too large to search is the best layout known before
+it (``_known``), not proven best."""
 DIRECT_HINT_TIME_S = 0.2
-"""At most this long to complete the rebalanced layout as a solution of the step's model."""
+"""At most this long to complete a better layout as a solution of its workers' model."""
 
 
 @dataclass(frozen=True)
-class _Direct:
-    """The tie-break's bound (the model's objective: minimised) and the best layout known in the
-    step's model, with the model's value of it."""
+class _Known:
+    """The best layout known before a search, as a solution of ``built``, with its tie-break (the
+    model's objective, minimised) and a bound on the tie-break (``None``: none applies)."""
 
-    bound: int | None
-    layout: Layout
+    built: BuiltModel
     solution: Run
     value: int
+    bound: int | None
+
+    @property
+    def met(self) -> bool:
+        return self.bound is not None and self.value <= self.bound
+
+    @property
+    def layout(self) -> Layout:
+        return self.solution.layout(self.built)
 
 
 def tie_break_stage(
@@ -58,8 +78,8 @@ def tie_break_stage(
 ) -> SearchOutcome:
     """Step 3: with the strict tiers fixed, the tie-break over ``candidates`` (not dominance-pruned)
     restricted to the optimal GPU count (and, on one worker, to the workers whose ``gpus`` largest
-    GPUs can hold the layers by the ordered-devices bound). ``shortcuts``: decide it by its bound
-    where one meets it (off only to test that)."""
+    GPUs can hold the layers by the ordered-devices bound). ``shortcuts``: decide it without a
+    search where the bound is met, and do not search a model too large (off only to test them)."""
     gpus = outcome.gpus
     mains = None
     if outcome.workers == 1 and gpus > 0:
@@ -71,53 +91,84 @@ def tie_break_stage(
             and single_worker_ordered_layers(candidates, w, gpus, outcome.layers) >= outcome.layers
         )
     instance = candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus, mains=mains)
-    direct = _direct(instance, outcome, config, clock) if shortcuts else None
-    if direct is not None and direct.bound is not None and direct.value <= direct.bound:
-        trace.shortcuts.append(TIE_BREAK_BOUND_MET)
-        met = Run(cp_model.OPTIMAL, direct.solution.solution, direct.value, direct.bound, 0.0)
-        trace.record(TIE_BREAK_BOUND_MET, met)
-        return replace(outcome, best=met, tie_break_proven=True, ranks_tie_break=False, wider=instance)
+    known = _known(instance, outcome, config, clock) if shortcuts else None
+    if known is not None and (known.met or too_large(instance)):
+        name = TIE_BREAK_BOUND_MET if known.met else TIE_BREAK_NOT_SEARCHED
+        trace.shortcuts.append(name)
+        best = Run(cp_model.OPTIMAL if known.met else cp_model.FEASIBLE, known.solution.solution, known.value, 0, 0.0)
+        trace.record(name, best)
+        wider = instance if known.met else None  # alternatives of a model too large: on ``known.built``
+        return replace(
+            outcome, built=known.built, best=best, tie_break_proven=known.met, ranks_tie_break=False, wider=wider
+        )
     narrow = build_model(instance)
     fixed = strict_tiers(narrow.instance, narrow.variables)
     for expression, value in ((fixed.layers, outcome.layers), (fixed.workers, outcome.workers), (fixed.gpus, gpus)):
         narrow.model.add(expression == value)
     objective = tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0)
     narrow.model.minimize(objective)
-    if direct is not None and direct.bound is not None:
-        narrow.model.add(objective >= direct.bound)  # the relaxation's bound, for the LP
-    hint_decisions(narrow, outcome.best.layout(outcome.built) if direct is None else direct.layout)
+    if known is not None and known.bound is not None:
+        narrow.model.add(objective >= known.bound)  # the relaxation's bound, for the LP
+    hint_decisions(narrow, outcome.best.layout(outcome.built) if known is None else known.layout)
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
     measure = tie_break_measure(stage_name(candidates), narrow.instance, uses_gpus=gpus > 0)
     result = trace.record("tie-break", run(narrow, config, time_limit, measure))
     if not result.found:
-        if direct is not None and direct.solution is not outcome.best:
-            return replace(outcome, best=direct.solution)  # the rebalanced layout, not proven best
+        if known is not None and known.solution is not outcome.best:
+            return replace(outcome, built=known.built, best=known.solution)  # better, not proven best
         return outcome
     return replace(
         outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL, ranks_tie_break=True
     )
 
 
-def _direct(instance: Instance, outcome: SearchOutcome, config: PlannerConfig, clock: Clock) -> _Direct | None:
-    """The bound and the best layout known without a search (``None``: the bound does not apply)."""
-    if outcome.gpus == 0 or not applies(instance, outcome.layers):
-        return None
+def too_large(instance: Instance) -> bool:
+    """Whether the tie-break's model has more candidate GPU classes than ``LARGE_MODEL_CLASSES``."""
+    return sum(cls.rpc_ok or cls.local_ok for cls in instance.classes) > LARGE_MODEL_CLASSES
+
+
+def _known(instance: Instance, outcome: SearchOutcome, config: PlannerConfig, clock: Clock) -> _Known | None:
+    """The step's layout or, when better in the model, that layout with each worker's devices on the
+    GPUs the policy prefers (``reassign``) and, under spread, its blocks rebalanced; each checked as
+    a solution of a model of its own workers. With the bound where it applies. ``None`` without GPUs."""
+    if outcome.gpus == 0:
+        return None  # no GPU: the tie-break is the main worker's RAM, left to the search
     built = outcome.built
+    best = _Known(built, outcome.best, _value(built, outcome.best), None)
     layout = outcome.best.layout(built)
-    value = model_value(built, outcome.best)
+    moved = reassigned(instance, layout, device_needs(built, outcome.best))
+    if instance.policy is Policy.SPREAD and instance.rules.tensor_split is None and instance.experts is None:
+        moved = rebalanced(instance, moved) or moved
+    if moved != layout:
+        own = _own_workers(instance, moved)
+        found = _solution(own, moved, config, clock)
+        if found is not None and (value := _value(own, found)) < best.value:
+            best = _Known(own, found, value, None)
+    if not applies(instance, outcome.layers):
+        return best
     if instance.policy is Policy.BINPACK:
-        return _Direct(binpack_bound(instance, outcome.gpus), layout, outcome.best, value)
+        return replace(best, bound=binpack_bound(instance, outcome.gpus))
     headroom = spread_bound(instance, outcome.gpus, outcome.workers)
-    bound = None if headroom is None else -headroom
-    best = _Direct(bound, layout, outcome.best, -value)
-    balanced = rebalanced(instance, layout)
-    if balanced is None or balanced == layout:
-        return best
-    found = _solution(built, balanced, config, clock)
-    if found is None:
-        return best
-    balanced_value = -model_value(built, found)
-    return _Direct(bound, balanced, found, balanced_value) if balanced_value < best.value else best
+    return replace(best, bound=None if headroom is None else -headroom)
+
+
+def _own_workers(instance: Instance, layout: Layout) -> BuiltModel:
+    """A model of ``layout``'s workers alone (its main worker as the only main one)."""
+    main = instance.worker_index(layout.main_worker)
+    names = set(layout.workers)
+    own = instance.restricted(
+        rpc_slots=instance.rpc_slots,
+        local_slots=instance.local_slots,
+        mains=frozenset(() if main is None else (main,)),
+        rpc_workers=frozenset(w for w, view in enumerate(instance.workers) if view.name in names),
+    )
+    return build_model(own)
+
+
+def _value(built: BuiltModel, found: Run) -> int:
+    """The tie-break objective (minimised) of a solution of ``built``."""
+    value = model_value(built, found)
+    return value if built.instance.policy is Policy.BINPACK else -value
 
 
 def _solution(built: BuiltModel, layout: Layout, config: PlannerConfig, clock: Clock) -> Run | None:
