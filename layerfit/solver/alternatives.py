@@ -13,7 +13,7 @@ then exclude those GPU sets too, and come after them: best tie-break first still
 
 The re-solves run on the tie-break's model, so they are skipped when its tie-break was not proven
 (``no-re-solve:tie-break-unproven``): it was cut by the time or too large to search, and so would
-they be. Together they take at most as long as the solve before them (at least 0.1 s).
+they be. Together they take at most a quarter of the time of the solve before them (at least 0.1 s).
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ best layout's GPU set is the only one: no re-solve can find an alternative."""
 NO_RE_SOLVE = "no-re-solve:tie-break-unproven"
 """Shortcut name: the tie-break was not proven (cut by its time share, or not searched on a model
 too large), so re-solves of that model would be cut too: only twin swaps are returned."""
+ALTERNATIVES_TIME_SHARE = 0.25
+"""The re-solves together may take this share of the time the solve took before them, ..."""
 MIN_ALTERNATIVES_TIME_S = 0.1
-"""The re-solves together may take as long as the solve took before them, at least this (within
-the limit); past it the set is cut (``truncated``)."""
+"""... at least this (within the limit); past it the set is cut (``truncated``)."""
 
 
 def alternatives(
@@ -138,7 +139,7 @@ def _alternatives(
         return tuple(found)
     uses_gpus = bool(best.devices)
     measure = tie_break_measure(stage_name(built.instance, "alternative"), built.instance, uses_gpus=uses_gpus)
-    budget_end = clock.elapsed() + max(MIN_ALTERNATIVES_TIME_S, clock.elapsed())
+    budget_end = clock.elapsed() + max(MIN_ALTERNATIVES_TIME_S, ALTERNATIVES_TIME_SHARE * clock.elapsed())
     while len(found) < config.alternatives:
         time_left = min(clock.remaining(), budget_end - clock.elapsed())
         if time_left <= 0:
