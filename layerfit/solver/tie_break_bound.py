@@ -127,13 +127,16 @@ PER_WORKER_LIMIT = 48
 with one rpc-server worker, that worker's) from one worker at a time."""
 
 
-def spread_bound(instance: Instance, gpus: int, workers: int) -> int | None:
+def spread_bound(instance: Instance, gpus: int, workers: int, known: int | None = None) -> int | None:
     """An upper bound on the headroom of the tightest GPU over layouts with every layer on ``gpus``
     GPUs of ``workers`` workers (``None``: the relaxation holds no such layout). The least of the
     pooled relaxation and, on clusters of at most ``PER_WORKER_LIMIT`` candidate workers, the same
     with the local GPUs from each main worker in turn, and with one rpc-server worker, the remote
-    GPUs from each in turn: each is a relaxation, so each bounds the optimum."""
+    GPUs from each in turn: each is a relaxation, so each bounds the optimum. ``known``: a headroom
+    already reached; a pooled bound at or below it needs no refining."""
     pooled = _bound_over(instance, gpus, workers, [None], [None])
+    if pooled is not None and known is not None and pooled <= known:
+        return pooled
     mains = [w for w, view in enumerate(instance.workers) if view.main_ok]
     servers = [w for w, view in enumerate(instance.workers) if view.rpc_ok]
     if pooled is None or len(mains) + len(servers) > PER_WORKER_LIMIT:

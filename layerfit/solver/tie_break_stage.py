@@ -148,7 +148,7 @@ def _known(instance: Instance, outcome: SearchOutcome, config: PlannerConfig, cl
         return best
     if instance.policy is Policy.BINPACK:
         return replace(best, bound=binpack_bound(instance, outcome.gpus))
-    headroom = spread_bound(instance, outcome.gpus, outcome.workers)
+    headroom = spread_bound(instance, outcome.gpus, outcome.workers, known=-best.value)
     return replace(best, bound=None if headroom is None else -headroom)
 
 
