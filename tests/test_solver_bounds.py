@@ -11,12 +11,23 @@ step searches over orders of the largest rooms, coarsened to few values by round
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_solver_properties import SLOW, all_layouts, clusters, configs, deployments, profiles
 
 from layerfit.check import check_layout
-from layerfit.domain import Cluster, ComputeBuffer, Deployment, Gpu, MemoryProfile, MiB, PlannerConfig, Worker
+from layerfit.domain import (
+    Cluster,
+    ComputeBuffer,
+    Deployment,
+    Gpu,
+    MemoryProfile,
+    MiB,
+    PlannerConfig,
+    RoleCosts,
+    Worker,
+)
 from layerfit.solver.gpu_count import ORDER_VALUES, coarse_rooms, fewest_gpus
 from layerfit.solver.instance import build_instance
 from layerfit.solver.proofs import mains_reaching
@@ -82,3 +93,34 @@ def test_coarse_rooms_only_round_up_to_few_values(rooms: list[int]) -> None:
     assert all(c >= r for c, r in zip(coarse, rooms, strict=True))
     assert len(set(coarse)) <= ORDER_VALUES
     assert set(coarse) <= set(rooms)
+
+
+@pytest.mark.parametrize(("pool", "server", "gpus"), [(410, 0, 3), (510, 70, 2)])
+def test_a_unified_main_keeps_its_host_memory_out_of_its_pool(pool: int, server: int, gpus: int) -> None:
+    """A unified-memory worker's one large GPU holds every block as an rpc-server (its pool less a
+    server's small fixed cost) but not the output layer, nor as the main GPU (its pool less the main
+    process's host memory); the other worker's small GPUs cannot be the main GPU (the main device's
+    fixed cost leaves no room for a block or the output). With a pool of 410 the two workers need 3
+    GPUs; with 510 (and a server's fixed cost of 70, so that the large GPU alone holds too little)
+    only 2, as brute force finds: the bound must meet both (the largest-rooms order search alone,
+    which lets the large GPU be the last device with its rpc-server room, says 2 for the first)."""
+    profile = MemoryProfile.uniform(
+        4, 100, 0, output_weight_bytes=50, host_fixed_bytes=100, rpc_host_fixed_bytes=server
+    )
+    profile = profile.model_copy(update={"main": RoleCosts(fixed_bytes=60)})
+    big = Gpu(index=0, total_vram_bytes=1000, allocatable_vram_bytes=1000)
+    apple = Worker(id="u", name="u", unified_memory=True, total_ram_bytes=pool, allocatable_ram_bytes=pool, gpus=(big,))
+    small = tuple(Gpu(index=i, total_vram_bytes=100, allocatable_vram_bytes=100) for i in range(2))
+    node = Worker(id="d", name="d", total_ram_bytes=10_000, allocatable_ram_bytes=10_000, gpus=small)
+    where = Cluster(workers=(apple, node))
+    dep = Deployment(name="d", profile=profile, distributed_inference_across_workers=True, cpu_offloading=False)
+    config = PlannerConfig()
+    fewest = min(
+        len(layout.devices)
+        for layout in all_layouts(where, profile.n_blocks)
+        if len(layout.workers) == 2
+        and layout.gpu_layers == profile.n_layers
+        and not check_layout(where, dep, profile, layout, config)
+    )
+    assert fewest == gpus
+    assert fewest_gpus(build_instance(where, dep, profile, config), 2, profile.n_layers) == gpus

@@ -8,10 +8,13 @@ difference, and its fixed cost at least the smallest device-kind cost of its rol
 from __future__ import annotations
 
 from bisect import bisect_left
-from functools import cache
+from functools import lru_cache
 
 from layerfit.domain.profile import DeviceRole
 from layerfit.solver.instance import GpuClass, Instance, SlotKind
+
+COVERED_CACHE = 1 << 15
+"""Entries kept by each memo of the order searches (a long-running planner sees many profiles)."""
 
 
 def layer_ceiling(instance: Instance) -> int:
@@ -154,7 +157,7 @@ def multi_worker_candidates(
     return mains, rpc
 
 
-@cache
+@lru_cache(maxsize=64)
 def _lightest_runs_of(prefix: tuple[int, ...]) -> tuple[int, ...]:
     """``runs[b-1]``: the least any ``b`` consecutive blocks cost (non-decreasing in ``b``)."""
     n = len(prefix) - 1
@@ -225,13 +228,31 @@ def ordered_layers(instance: Instance, rooms: tuple[int, ...], last_extra: int =
     return max(with_output + 1, without) if rooms else 0
 
 
+def ordered_layers_ending_on(instance: Instance, last_rooms: tuple[int, ...], rooms: tuple[int, ...]) -> int:
+    """``ordered_layers`` when the last device is one of ``last_rooms`` (room less every fixed cost
+    it pays as the last device) and the others are ``rooms``: the last one takes the longest run
+    from the end (less the output layer when it holds it), then the others in their best order."""
+    n = instance.n_blocks
+    prefix = instance.costs.block_prefix_down
+    values = sorted(set(rooms), reverse=True)
+    counts = tuple(rooms.count(value) for value in values)
+    best = 0
+    for last in set(last_rooms):
+        with_output = _extend(prefix, 0, last - instance.costs.output)
+        without = _extend(prefix, 0, last)
+        covered_with = min(n, _covered_after(prefix, tuple(values), counts, with_output))
+        covered_without = min(n, _covered_after(prefix, tuple(values), counts, without))
+        best = max(best, covered_with + (1 if last >= instance.costs.output else 0), covered_without)
+    return best
+
+
 def _ordered_blocks(prefix: tuple[int, ...], rooms: tuple[int, ...], output: int) -> int:
     values = sorted(set(rooms), reverse=True)
     counts = tuple(rooms.count(value) for value in values)
     return _covered(prefix, tuple(values), counts, output)
 
 
-@cache
+@lru_cache(maxsize=COVERED_CACHE)
 def _covered(prefix: tuple[int, ...], values: tuple[int, ...], counts: tuple[int, ...], output: int) -> int:
     """The longest suffix of blocks the devices (``counts[i]`` of room ``values[i]``) cover."""
     best = 0
@@ -244,6 +265,18 @@ def _covered(prefix: tuple[int, ...], values: tuple[int, ...], counts: tuple[int
             best = max(best, _extend(prefix, covered, values[i]))
         else:
             best = max(best, _extend(prefix, 0, values[i] - output))
+    return best
+
+
+@lru_cache(maxsize=COVERED_CACHE)
+def _covered_after(prefix: tuple[int, ...], values: tuple[int, ...], counts: tuple[int, ...], covered: int) -> int:
+    """The longest suffix of blocks covered once the devices (``counts[i]`` of room ``values[i]``,
+    in their best order) come before a suffix of ``covered`` blocks."""
+    best = covered
+    for i, count in enumerate(counts):
+        if count:
+            rest = (*counts[:i], count - 1, *counts[i + 1 :])
+            best = max(best, _extend(prefix, _covered_after(prefix, values, rest, covered), values[i]))
     return best
 
 

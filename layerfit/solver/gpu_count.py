@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from layerfit.domain.profile import DeviceRole
-from layerfit.solver.bounds import blocks_within, gpu_room, least_overhead, lightest_runs, ordered_layers
+from layerfit.solver.bounds import (
+    blocks_within,
+    gpu_room,
+    least_overhead,
+    lightest_runs,
+    ordered_layers,
+    ordered_layers_ending_on,
+)
 from layerfit.solver.instance import Instance, SlotKind
 
 Measures = tuple[tuple[int, ...], tuple[int, ...]]
@@ -95,8 +102,11 @@ def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
     if fewest is None:
         return None
     rooms = _all_rooms(instance, ceiling)
-    while fewest <= most_gpus and ordered_layers(instance, coarse_rooms(rooms[:fewest])) < ceiling:
-        fewest += 1  # no order of the largest rooms holds the layers: blocks cannot be split
+    while fewest <= most_gpus and (
+        ordered_layers(instance, coarse_rooms(rooms[:fewest])) < ceiling
+        or not _some_split_holds(instance, workers, ceiling, fewest)
+    ):
+        fewest += 1  # no order of the rooms a layout of this many GPUs can have holds the layers
     return fewest if fewest <= most_gpus else None
 
 
@@ -176,3 +186,116 @@ def _fewest(instance: Instance, workers: int, ceiling: int, *, multi: bool, gpus
         if found is not None:
             best = found
     return best
+
+
+def _some_split_holds(instance: Instance, workers: int, ceiling: int, gpus: int) -> bool:
+    """Whether some split of ``gpus`` GPUs into ``j`` of a main worker's own and ``gpus - j`` of
+    ``workers - 1`` rpc-server workers can hold ``ceiling`` layers, by the order search with each
+    GPU's room for its role: the main GPU (the last device when ``j > 0``) pays the main device's
+    fixed cost and keeps, on a unified-memory worker, the main process's host memory out of its pool;
+    the servers' GPUs come from other workers. For a valid upper bound the servers may be any
+    workers that can give their share (each at most ``gpus - j - servers + 1`` GPUs, its best),
+    and the main workers that own none of the best remote GPUs are merged into one with the largest
+    room at each rank."""
+    servers = workers - 1
+    for j in range(min(instance.local_slots, gpus - servers) + 1):
+        remote = _remote_rooms(instance, servers, gpus - j, ceiling, gpus)
+        if remote is None:
+            continue
+        if j == 0:
+            if ordered_layers(instance, coarse_rooms([room for room, _ in remote])) >= ceiling:
+                return True
+            continue
+        owners = {worker for _, worker in remote}
+        merged: list[int] = []
+        merged_extra: int | None = None
+        for m, view in enumerate(instance.workers):
+            local = _local_rooms(instance, m, j, ceiling, gpus) if view.main_ok else None
+            if local is None:
+                continue
+            rooms, extra = local
+            if m in owners:
+                others = _remote_rooms(instance, servers, gpus - j, ceiling, gpus, without=m)
+                if others is not None and _holds(instance, rooms, extra, [r for r, _ in others], ceiling):
+                    return True
+                continue
+            merged = [max(pair) for pair in zip(merged, rooms, strict=True)] if merged else rooms
+            merged_extra = extra if merged_extra is None else min(merged_extra, extra)
+        if merged and _holds(instance, merged, merged_extra or 0, [r for r, _ in remote], ceiling):
+            return True
+    return False
+
+
+def _holds(instance: Instance, local: list[int], extra: int, remote: list[int], ceiling: int) -> bool:
+    """Whether the order search over these rooms, one of ``local`` last paying ``extra``, holds
+    ``ceiling`` layers."""
+    for last in sorted(set(local), reverse=True):
+        position = local.index(last)
+        rest = coarse_rooms(sorted([*local[:position], *local[position + 1 :], *remote], reverse=True))
+        if ordered_layers_ending_on(instance, (last - extra,), rest) >= ceiling:
+            return True
+    return False
+
+
+def _local_rooms(instance: Instance, worker: int, j: int, layers: int, gpus: int) -> tuple[list[int], int] | None:
+    """The rooms of ``worker``'s ``j`` best GPUs for local slots, less a local device's least fixed
+    cost, and what the main GPU pays on top; ``None`` when it has fewer than ``j``."""
+    view = instance.workers[worker]
+    rooms = sorted(
+        (
+            gpu_room(instance, cls, SlotKind.LOCAL)
+            for c in view.classes
+            if (cls := instance.classes[c]).local_ok
+            for _ in range(cls.count)
+        ),
+        reverse=True,
+    )[:j]
+    if len(rooms) < j:
+        return None
+    local = least_overhead(instance, (DeviceRole.LOCAL,), unified=view.unified, devices=gpus, layers=layers)
+    main = least_overhead(instance, (DeviceRole.MAIN,), unified=view.unified, devices=gpus, layers=layers)
+    if j == 1:
+        local = main
+    return [room - local for room in rooms], main - local
+
+
+def _remote_rooms(
+    instance: Instance, servers: int, count: int, layers: int, gpus: int, without: int | None = None
+) -> list[tuple[int, int]] | None:
+    """``(room, worker)`` of the ``count`` best GPUs ``servers`` rpc-server workers (not
+    ``without``) can give together, each at least one: the workers that can give their share,
+    each at most ``count - servers + 1`` of its best; ``None`` when they cannot give ``count``."""
+    if count == 0:
+        return [] if servers == 0 else None
+    if servers == 0 or count > instance.rpc_slots or count < servers:
+        return None
+    share = count - servers + 1
+    own: dict[int, list[int]] = {}
+    for w, view in enumerate(instance.workers):
+        if not view.rpc_ok or w == without:
+            continue
+        overhead = least_overhead(instance, (DeviceRole.RPC,), unified=view.unified, devices=gpus, layers=layers)
+        rooms = sorted(
+            (
+                gpu_room(instance, cls, SlotKind.RPC) - overhead
+                for c in view.classes
+                if (cls := instance.classes[c]).rpc_ok
+                for _ in range(cls.count)
+            ),
+            reverse=True,
+        )[:share]
+        if rooms:
+            own[w] = rooms
+    sizes = sorted((len(rooms) for rooms in own.values()), reverse=True)
+    if len(sizes) < servers:
+        return None
+
+    def others_give(size: int) -> int:
+        """The most GPUs the ``servers - 1`` largest other workers give next to one of ``size``."""
+        if size >= sizes[servers - 1]:  # it can be one of the ``servers`` largest
+            return sum(sizes[:servers]) - size
+        return sum(sizes[: servers - 1])
+
+    pool = [(room, w) for w, rooms in own.items() if len(rooms) + others_give(len(rooms)) >= count for room in rooms]
+    pool.sort(reverse=True)
+    return pool[:count] if len(pool) >= count else None
