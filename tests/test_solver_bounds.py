@@ -3,6 +3,9 @@
 ``mains_reaching`` keeps the main worker of every layout with at least a given number of GPU
 layers: the general search leaves the others out once the incumbent has that many.
 
+``layer_bound.may_reach`` holds for the layer count of every valid layout (the search runs step 1
+again at the most layers it allows, as a proof that no layout has more).
+
 ``fewest_gpus`` is a lower bound on the GPU count of any layout with a given worker count and
 GPU-layer count: the multi-worker search adds it to its model and skips a worker count where it
 is ``None``, so an overestimate would lose the optimum or claim a false infeasibility. Its last
@@ -30,6 +33,7 @@ from layerfit.domain import (
 )
 from layerfit.solver.gpu_count import ORDER_VALUES, coarse_rooms, fewest_gpus
 from layerfit.solver.instance import build_instance
+from layerfit.solver.layer_bound import may_reach, most_layers
 from layerfit.solver.proofs import mains_reaching
 
 
@@ -43,6 +47,7 @@ def test_bounds_never_exclude_a_valid_layout(data: st.DataObject) -> None:
     config = data.draw(configs())
     instance = build_instance(where, dep, profile, config)
     fewest: dict[tuple[int, int], int | None] = {}
+    reachable: dict[int, bool] = {}
     checked = 0
     for layout in all_layouts(where, profile.n_blocks):
         if check_layout(where, dep, profile, layout, config):
@@ -51,6 +56,9 @@ def test_bounds_never_exclude_a_valid_layout(data: st.DataObject) -> None:
         assert main in mains_reaching(instance, layout.gpu_layers), f"main left out, but {layout} is valid"
         if not layout.devices:
             continue
+        if layout.gpu_layers not in reachable:
+            reachable[layout.gpu_layers] = may_reach(instance, layout.gpu_layers)
+        assert reachable[layout.gpu_layers], f"{layout.gpu_layers} layers ruled out, but {layout} is valid"
         key = (len(layout.workers), layout.gpu_layers)
         if key not in fewest:
             fewest[key] = fewest_gpus(instance, *key)
@@ -124,3 +132,26 @@ def test_a_unified_main_keeps_its_host_memory_out_of_its_pool(pool: int, server:
     )
     assert fewest == gpus
     assert fewest_gpus(build_instance(where, dep, profile, config), 2, profile.n_layers) == gpus
+
+
+def test_fewer_layers_than_the_model_pay_the_partial_offload_costs() -> None:
+    """A layout with a block on the host is a partial offload and pays its larger compute buffer:
+    the 300-byte GPU then holds two 100-byte blocks (and the free output layer), three layers in
+    all, as brute force finds; with the full-offload buffer it would seem to hold three blocks."""
+    compute = ComputeBuffer(full_offload_bytes=0, partial_offload_bytes=60)
+    profile = MemoryProfile.uniform(4, 100, 0, compute=compute)
+    gpu = Gpu(index=0, total_vram_bytes=300, allocatable_vram_bytes=300)
+    where = Cluster(
+        workers=(Worker(id="a", name="a", total_ram_bytes=10_000, allocatable_ram_bytes=10_000, gpus=(gpu,)),)
+    )
+    dep = Deployment(name="d", profile=profile, cpu_offloading=True)
+    config = PlannerConfig()
+    most = max(
+        layout.gpu_layers
+        for layout in all_layouts(where, profile.n_blocks)
+        if not check_layout(where, dep, profile, layout, config)
+    )
+    assert most == 3
+    instance = build_instance(where, dep, profile, config)
+    assert most_layers(instance, 0, profile.n_layers) == most
+    assert may_reach(instance, most) and not may_reach(instance, most + 1)

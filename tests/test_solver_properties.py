@@ -468,3 +468,33 @@ def test_no_other_gpu_set_agrees_with_the_full_solve(data: st.DataObject) -> Non
     assert_valid(where, dep, profile, config, fast)
     assert full.alternatives == ()
     assert "alternative" not in str(fast.stats.details["steps"])
+
+
+@SLOW
+@given(data=st.data())
+def test_the_layer_bound_agrees_with_the_full_solve(data: st.DataObject) -> None:
+    """When no worker count reaches the layer ceiling, step 1 runs again at the most layers the
+    capacity bounds allow (``layer_bound``); a layout found there has the full solve's strict tiers
+    (uneven blocks, CPU offloading, so that the ceiling is often out of reach)."""
+    profile = data.draw(profiles(max_blocks=12, unit=16 * MiB))
+    drawn = data.draw(clusters(max_gpus=8, max_workers=3, top=600, unit=16 * MiB))
+    ram = 40_000 * 16 * MiB  # the host keeps what the GPUs cannot hold
+    where = Cluster(
+        workers=tuple(
+            w.model_copy(update={"total_ram_bytes": ram, "allocatable_ram_bytes": ram}) for w in drawn.workers
+        )
+    )
+    dep = data.draw(deployments(where, profile, with_split=False))
+    params = dep.params.model_copy(update={"n_gpu_layers": None})
+    dep = dep.model_copy(update={"cpu_offloading": True, "kind": ModelKind.LLM, "params": params})
+    config = data.draw(configs())
+    plan = heuristics.plan(where, dep, config, profile)
+    fast = solve(where, dep, profile, config, hint=plan.layout)
+    proven = fast.stats.details.get("proof") == "layer-bound"
+    event(f"proof: {fast.stats.details.get('proof')} {fast.status.value}")
+    if not proven:
+        return
+    full = solve(where, dep, profile, config, hint=plan.layout, shortcuts=False)
+    assert_valid(where, dep, profile, config, fast)
+    assert fast.strict_optimal and full.strict_optimal
+    assert result_key(fast) == result_key(full)

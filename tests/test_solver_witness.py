@@ -1,7 +1,7 @@
 """The multi-worker step's greedy witness and the proof it gives when it meets the step's bound.
 
 * ``multi_worker_witness`` returns only valid layouts of the asked shape (workers, GPUs, every
-  layer on GPUs), on random clusters.
+  layer on GPUs or a given number of them), on random clusters.
 * A step whose witness meets ``fewest_gpus`` is proven without a search (``-bound-met`` in the
   steps): its strict tiers equal those of the full solve, which runs CP-SAT on every step.
 * On a cluster of uneven blocks where only three workers hold the model, the witness is found and
@@ -95,11 +95,14 @@ def test_a_witness_is_valid_and_of_the_asked_shape(data: st.DataObject) -> None:
 
     workers = data.draw(st.integers(2, 3))
     gpus = data.draw(st.integers(workers - 1, 8))
-    found = multi_worker_witness(instance, workers, gpus, valid)
-    event(f"witness: {'found' if found else 'none'}")
+    layers = data.draw(st.none() | st.integers(min(gpus + 1, profile.n_layers), profile.n_layers))  # fewer: partial
+    found = multi_worker_witness(instance, workers, gpus, valid, layers)
+    event(
+        f"witness: {'found' if found else 'none'}, {'every layer' if layers in (None, profile.n_layers) else 'partial'}"
+    )
     for layout in checked:
         assert len(layout.workers) == workers and len(layout.devices) == gpus
-        assert layout.gpu_layers == profile.n_layers
+        assert layout.gpu_layers == (profile.n_layers if layers is None else layers)
     if found is not None:
         assert found in checked and check_layout(where, dep, profile, found, config) == ()
 
@@ -164,5 +167,23 @@ def test_the_witness_proves_a_three_worker_optimum() -> None:
     assert fast.status is Status.OPTIMAL and fast.best is not None
     assert "3-workers-bound-met" in str(fast.stats.details["steps"])
     assert tier_key(fast.best.layout) == (13, -3, -4)
+    full = solve(where, dep, profile, config, shortcuts=False)
+    assert result_key(full) == result_key(fast)
+
+
+def test_a_partial_witness_proves_the_most_layers() -> None:
+    """The uneven cluster without its fourth worker and with a smaller third GPU holds 12 of the 13
+    layers: the layer bound allows no more, the 3-worker step's witness (the host keeping the first
+    block) meets its GPU-count bound, and the full solve agrees."""
+    where, _, profile = _uneven_cluster()
+    smaller = Gpu(index=0, total_vram_bytes=300 * MiB, allocatable_vram_bytes=300 * MiB)
+    where = Cluster(workers=(*where.workers[:2], where.workers[2].model_copy(update={"gpus": (smaller,)})))
+    dep = _deployment(profile, offload=True)
+    config = PlannerConfig(time_limit_s=20.0, seed=1, alternatives=0)
+    fast = solve(where, dep, profile, config)
+    assert fast.status is Status.OPTIMAL and fast.best is not None
+    assert fast.stats.details["proof"] == "layer-bound"
+    assert "3-workers-bound-met" in str(fast.stats.details["steps"])
+    assert tier_key(fast.best.layout) == (12, -3, -4)
     full = solve(where, dep, profile, config, shortcuts=False)
     assert result_key(full) == result_key(fast)

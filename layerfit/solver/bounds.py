@@ -185,8 +185,13 @@ def least_overhead(
     instance: Instance, roles: tuple[DeviceRole, ...], *, unified: bool, devices: int, layers: int
 ) -> int:
     """The least fixed cost of a device of these roles on a worker of this memory type, in a layout
-    of ``devices`` devices and ``layers`` GPU layers (every layer on GPUs means no partial offload)."""
-    partial = (False,) if layers == instance.n_layers else instance.rules.partial_values
+    of ``devices`` devices and ``layers`` GPU layers (every layer on GPUs means no partial offload;
+    fewer means partial offload unless experts may stay on the host)."""
+    partial = instance.rules.partial_values
+    if layers == instance.n_layers:
+        partial = (False,)
+    elif instance.experts is None:
+        partial = (True,)
     return min(
         (
             cost

@@ -88,14 +88,15 @@ class Costs:
         )
 
 
-def full_offload_fixed(costs: Costs, role: DeviceRole, unified: bool | None, *, multi: bool) -> int:
-    """The fixed cost of a device of ``role`` in a full offload (``None``: the least over memory types)."""
+def device_fixed(costs: Costs, role: DeviceRole, unified: bool | None, *, multi: bool, partial: bool = False) -> int:
+    """The fixed cost of a device of ``role`` in a full offload, or a partial one with ``partial``
+    (``unified=None``: the least over memory types)."""
     return min(
         (
             cost
             for kind, cost in costs.device.items()
             if kind.role is role
-            and not kind.partial
+            and kind.partial is partial
             and (unified is None or kind.unified in (None, unified))
             and kind.multi in (None, multi)
         ),

@@ -101,7 +101,7 @@ def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
     fewest = _fewest(instance, workers, ceiling, multi=True, gpus=range(max(2, workers - 1), most_gpus + 1))
     if fewest is None:
         return None
-    rooms = _all_rooms(instance, ceiling)
+    rooms = all_rooms(instance, ceiling)
     while fewest <= most_gpus and (
         ordered_layers(instance, coarse_rooms(rooms[:fewest])) < ceiling
         or not _some_split_holds(instance, workers, ceiling, fewest)
@@ -114,16 +114,17 @@ ORDER_VALUES = 8
 """``coarse_rooms``: at most this many distinct rooms in the exact search over device orders."""
 
 
-def _all_rooms(instance: Instance, layers: int) -> list[int]:
-    """Every candidate GPU's room in a layout of several devices and ``layers`` GPU layers, largest
-    first: its capacity (``gpu_room``) less the least fixed cost of any role on its worker."""
+def all_rooms(instance: Instance, layers: int, devices: int = 2) -> list[int]:
+    """Every candidate GPU's room in a layout of ``devices`` devices (several by default) and
+    ``layers`` GPU layers, largest first: its capacity (``gpu_room``) less the least fixed cost of
+    any role on its worker."""
     roles = (DeviceRole.RPC, DeviceRole.LOCAL, DeviceRole.MAIN)
     rooms = []
     for cls in instance.classes:
         if not (cls.rpc_ok or cls.local_ok):
             continue
         unified = instance.workers[cls.worker].unified
-        overhead = least_overhead(instance, roles, unified=unified, devices=2, layers=layers)
+        overhead = least_overhead(instance, roles, unified=unified, devices=devices, layers=layers)
         room = max(gpu_room(instance, cls, kind) for kind in SlotKind) - overhead
         rooms.extend([room] * cls.count)
     return sorted(rooms, reverse=True)
@@ -199,14 +200,15 @@ def _some_split_holds(instance: Instance, workers: int, ceiling: int, gpus: int)
     room at each rank."""
     servers = workers - 1
     for j in range(min(instance.local_slots, gpus - servers) + 1):
-        remote = _remote_rooms(instance, servers, gpus - j, ceiling, gpus)
-        if remote is None:
+        pool = _remote_pool(instance, servers, gpus - j, ceiling, gpus)
+        remote = None if pool is None else _take(pool, gpus - j, None)
+        if pool is None or remote is None:
             continue
         if j == 0:
-            if ordered_layers(instance, coarse_rooms([room for room, _ in remote])) >= ceiling:
+            if ordered_layers(instance, coarse_rooms(remote)) >= ceiling:
                 return True
             continue
-        owners = {worker for _, worker in remote}
+        owners = {worker for _, worker in pool[: gpus - j]}
         merged: list[int] = []
         merged_extra: int | None = None
         for m, view in enumerate(instance.workers):
@@ -215,13 +217,13 @@ def _some_split_holds(instance: Instance, workers: int, ceiling: int, gpus: int)
                 continue
             rooms, extra = local
             if m in owners:
-                others = _remote_rooms(instance, servers, gpus - j, ceiling, gpus, without=m)
-                if others is not None and _holds(instance, rooms, extra, [r for r, _ in others], ceiling):
+                others = _take(pool, gpus - j, m)
+                if others is not None and _holds(instance, rooms, extra, others, ceiling):
                     return True
                 continue
             merged = [max(pair) for pair in zip(merged, rooms, strict=True)] if merged else rooms
             merged_extra = extra if merged_extra is None else min(merged_extra, extra)
-        if merged and _holds(instance, merged, merged_extra or 0, [r for r, _ in remote], ceiling):
+        if merged and _holds(instance, merged, merged_extra or 0, remote, ceiling):
             return True
     return False
 
@@ -259,12 +261,10 @@ def _local_rooms(instance: Instance, worker: int, j: int, layers: int, gpus: int
     return [room - local for room in rooms], main - local
 
 
-def _remote_rooms(
-    instance: Instance, servers: int, count: int, layers: int, gpus: int, without: int | None = None
-) -> list[tuple[int, int]] | None:
-    """``(room, worker)`` of the ``count`` best GPUs ``servers`` rpc-server workers (not
-    ``without``) can give together, each at least one: the workers that can give their share,
-    each at most ``count - servers + 1`` of its best; ``None`` when they cannot give ``count``."""
+def _remote_pool(instance: Instance, servers: int, count: int, layers: int, gpus: int) -> list[tuple[int, int]] | None:
+    """``(room, worker)`` of the GPUs ``servers`` rpc-server workers giving ``count`` GPUs
+    together (each at least one) can give, best first: the workers that can give their share, each
+    at most ``count - servers + 1`` of its best; ``None`` when they cannot give ``count``."""
     if count == 0:
         return [] if servers == 0 else None
     if servers == 0 or count > instance.rpc_slots or count < servers:
@@ -272,7 +272,7 @@ def _remote_rooms(
     share = count - servers + 1
     own: dict[int, list[int]] = {}
     for w, view in enumerate(instance.workers):
-        if not view.rpc_ok or w == without:
+        if not view.rpc_ok:
             continue
         overhead = least_overhead(instance, (DeviceRole.RPC,), unified=view.unified, devices=gpus, layers=layers)
         rooms = sorted(
@@ -297,5 +297,15 @@ def _remote_rooms(
         return sum(sizes[: servers - 1])
 
     pool = [(room, w) for w, rooms in own.items() if len(rooms) + others_give(len(rooms)) >= count for room in rooms]
-    pool.sort(reverse=True)
-    return pool[:count] if len(pool) >= count else None
+    return sorted(pool, reverse=True)
+
+
+def _take(pool: list[tuple[int, int]], count: int, without: int | None) -> list[int] | None:
+    """The ``count`` largest rooms of the pool outside ``without``'s GPUs, ``None`` if fewer."""
+    taken: list[int] = []
+    for room, worker in pool:
+        if len(taken) == count:
+            break
+        if worker != without:
+            taken.append(room)
+    return taken if len(taken) == count else None

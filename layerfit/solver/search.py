@@ -43,6 +43,7 @@ from layerfit.solver.build import build_model
 from layerfit.solver.candidates import Incumbent, checked_candidate, incumbent_of, tier_key
 from layerfit.solver.decode import decision_values
 from layerfit.solver.instance import Instance, build_instance
+from layerfit.solver.layer_bound import most_layers
 from layerfit.solver.objective import strict_tiers, strict_value
 from layerfit.solver.progress import strict_measure
 from layerfit.solver.proofs import (
@@ -62,6 +63,8 @@ from layerfit.solver.witness import Valid
 
 CEILING_SEARCH = "ceiling-search"
 """Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
+LAYER_BOUND = "layer-bound"
+"""Proof name: step 1 found a layout at the most layers the capacity bounds allow (``layer_bound``)."""
 
 
 def solve(
@@ -113,7 +116,14 @@ def solve(
         # The rules fix the GPU-layer count and no worker count reaches it: nothing else can fit.
         trace.proof = CEILING_SEARCH
         return solve_result(instance, clock, trace, Status.INFEASIBLE)
+    proof = "cp-sat"
+    if outcome is Status.INFEASIBLE and shortcuts:
+        most = most_layers(instance, 0 if incumbent is None else incumbent.layers, layer_ceiling(instance))
+        if most is not None:
+            outcome = _ceiling_search(instance, hint, config, clock, trace, valid, ceiling=most)
+            proof = LAYER_BOUND
     if not isinstance(outcome, SearchOutcome):
+        proof = "cp-sat"
         outcome = _general_search(instance, hint, incumbent, config, clock, trace)
     if not isinstance(outcome, SearchOutcome):
         if incumbent is not None:
@@ -130,7 +140,7 @@ def solve(
     status = Status.OPTIMAL if outcome.strict_proven and outcome.tie_break_proven else Status.FEASIBLE
     tiers = TierValues(gpu_layers=outcome.layers, workers=outcome.workers, gpus=outcome.gpus, tie_break=best.score)
     objective = float(strict_value(instance, outcome.layers, outcome.workers, outcome.gpus))
-    trace.proof = "cp-sat" if outcome.strict_proven else "none"
+    trace.proof = proof if outcome.strict_proven else "none"
     return solve_result(
         instance,
         clock,
@@ -208,10 +218,13 @@ def _ceiling_search(
     clock: Clock,
     trace: Trace,
     valid: Valid | None = None,
+    *,
+    ceiling: int | None = None,
 ) -> SearchOutcome | Status:
-    """Step 1: the layer ceiling with ``t = 1, 2, ...`` workers. ``INFEASIBLE``: no worker count
-    reaches it (proven); ``UNKNOWN``: a step ran out of time."""
-    ceiling = layer_ceiling(instance)
+    """Step 1: the layer ceiling (or ``ceiling`` layers, which no layout exceeds) with ``t = 1, 2,
+    ...`` workers. ``INFEASIBLE``: no worker count reaches it (proven); ``UNKNOWN``: a step ran out
+    of time."""
+    ceiling = layer_ceiling(instance) if ceiling is None else ceiling
     if ceiling == 0:
         return Status.INFEASIBLE
     found = single_worker_step(instance, ceiling, hint, config, clock, trace)

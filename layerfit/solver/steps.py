@@ -111,7 +111,9 @@ def multi_worker_step(
     if valid is not None and hinted_gpus != fewest:
         most = built.instance.rpc_slots + built.instance.local_slots if hinted_gpus is None else hinted_gpus - 1
         time_limit = clock.remaining() * HINT_TIME_FRACTION
-        trace.witness, better = witness_solution(built, workers, range(fewest, most + 1), valid, config, time_limit)
+        trace.witness, better = witness_solution(
+            built, workers, range(fewest, most + 1), valid, config, time_limit, layers=ceiling
+        )
         solution = better or solution
     hinted = bool(solution)
     if hinted and _value(solution, tiers.gpus) == fewest:

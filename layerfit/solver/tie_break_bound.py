@@ -32,7 +32,7 @@ from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.profile import DeviceRole
 from layerfit.solver.bounds import blocks_within, class_blocks, gpu_room, lightest_runs
 from layerfit.solver.build import BuiltModel
-from layerfit.solver.costs import full_offload_fixed
+from layerfit.solver.costs import device_fixed
 from layerfit.solver.instance import Instance, SlotKind
 from layerfit.solver.runner import Run
 
@@ -154,7 +154,7 @@ def _bound_over(
     where the local (``mains``) and the remote (``servers``) GPUs come from (``None``: anywhere)."""
     runs = lightest_runs(instance)
     multi = gpus > 1
-    rpc_fixed = full_offload_fixed(instance.costs, DeviceRole.RPC, None, multi=multi)
+    rpc_fixed = device_fixed(instance.costs, DeviceRole.RPC, None, multi=multi)
     best: int | None = None
     for local in range(min(gpus, instance.local_slots) + 1):
         remote = gpus - local
@@ -180,8 +180,8 @@ def _group_bound(
     """The largest reserve for one split: the main GPU (with the output layer) is whichever local
     GPU that costs the fewest blocks, the first device's copies likewise in the first group."""
     costs = instance.costs
-    local_fixed = full_offload_fixed(instance.costs, DeviceRole.LOCAL, None, multi=multi) if own else 0
-    main_fixed = full_offload_fixed(instance.costs, DeviceRole.MAIN, None, multi=multi) if own else 0
+    local_fixed = device_fixed(instance.costs, DeviceRole.LOCAL, None, multi=multi) if own else 0
+    main_fixed = device_fixed(instance.costs, DeviceRole.MAIN, None, multi=multi) if own else 0
     first = costs.first_device if multi else 0
 
     def holds(reserve: int) -> bool:
@@ -295,7 +295,7 @@ def _rooms(instance: Instance, layout: Layout) -> list[DeviceRoom] | None:
         cls = instance.classes[c]
         local = device.worker == layout.main_worker
         role = DeviceRole.RPC if not local else DeviceRole.MAIN if position == last else DeviceRole.LOCAL
-        fixed = full_offload_fixed(instance.costs, role, instance.workers[cls.worker].unified, multi=multi)
+        fixed = device_fixed(instance.costs, role, instance.workers[cls.worker].unified, multi=multi)
         fixed += instance.costs.output if position == last else 0
         fixed += instance.costs.first_device if position == 0 and multi else 0
         rooms.append(

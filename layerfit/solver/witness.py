@@ -15,12 +15,12 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from layerfit.domain.config import PlannerConfig
+from layerfit.domain.config import OffloadOrder, PlannerConfig
 from layerfit.domain.layout import DeviceAssignment, Layout
 from layerfit.domain.profile import DeviceRole
 from layerfit.solver.bounds import gpu_room
 from layerfit.solver.build import BuiltModel
-from layerfit.solver.costs import full_offload_fixed
+from layerfit.solver.costs import device_fixed
 from layerfit.solver.instance import Instance, SlotKind
 from layerfit.solver.runner import complete_hint
 
@@ -33,13 +33,20 @@ EXTRA_GPUS = 2
 
 
 def witness_solution(
-    built: BuiltModel, workers: int, counts: range, valid: Valid, config: PlannerConfig, time_limit_s: float
+    built: BuiltModel,
+    workers: int,
+    counts: range,
+    valid: Valid,
+    config: PlannerConfig,
+    time_limit_s: float,
+    layers: int | None = None,
 ) -> tuple[str, tuple[int, ...]]:
     """Hint a multi-worker step's model with the witness of the fewest GPUs among ``counts`` (from
     the step's lower bound), trying at most ``EXTRA_GPUS + 1`` counts: ``none``, or its GPU count
-    and how the model took it (``8:accepted``); and the model's complete solution when it took it."""
+    and how the model took it (``8:accepted``); and the model's complete solution when it took it.
+    ``layers``: the step's GPU layers (default every layer)."""
     for gpus in counts[: EXTRA_GPUS + 1]:
-        layout = multi_worker_witness(built.instance, workers, gpus, valid)
+        layout = multi_worker_witness(built.instance, workers, gpus, valid, layers)
         if layout is not None:
             how, solution = complete_hint(built, layout, config, time_limit_s)
             return f"{gpus}:{how}", solution
@@ -54,19 +61,26 @@ class _Gpu:
     """``gpu_room``: what the GPU can give its device."""
 
 
-def multi_worker_witness(instance: Instance, workers: int, gpus: int, valid: Valid) -> Layout | None:
-    """A valid layout with ``workers`` workers, ``gpus`` GPUs and every layer on GPUs, or ``None``
-    when the greedy construction finds none (or the rules fix the layout's shape: ``-ngl``, ``-ts``,
-    a selection used whole, experts placed apart)."""
+def multi_worker_witness(
+    instance: Instance, workers: int, gpus: int, valid: Valid, layers: int | None = None
+) -> Layout | None:
+    """A valid layout with ``workers`` workers, ``gpus`` GPUs and ``layers`` GPU layers (default
+    every layer; fewer: a partial offload, the host keeping the first blocks), or ``None`` when the
+    greedy construction finds none (or the rules fix the layout's shape: ``-ngl``, ``-ts``, a
+    selection used whole, experts placed apart)."""
     rules = instance.rules
+    layers = instance.n_layers if layers is None else layers
     fixed_shape = rules.tensor_split is not None or rules.device_count is not None or instance.experts is not None
-    if workers < 2 or fixed_shape or rules.layer_target not in (None, instance.n_layers):
+    if workers < 2 or fixed_shape or rules.layer_target not in (None, layers):
+        return None
+    shape = _shape(instance, layers)
+    if shape is None:
         return None
     servers = workers - 1
     remote = {w: _gpus(instance, w, SlotKind.RPC) for w, view in enumerate(instance.workers) if view.rpc_ok}
     remote = {w: found for w, found in remote.items() if found}
     local = {w: _gpus(instance, w, SlotKind.LOCAL) for w, view in enumerate(instance.workers) if view.main_ok}
-    overhead = full_offload_fixed(instance.costs, DeviceRole.RPC, None, multi=gpus > 1)
+    overhead = device_fixed(instance.costs, DeviceRole.RPC, None, multi=gpus > 1, partial=shape.partial)
     pool = _pool(remote, servers, overhead)
     shared = _best_servers(remote, pool, servers, overhead)
     trials: list[tuple[int, int, int]] = []
@@ -84,7 +98,7 @@ def multi_worker_witness(instance: Instance, workers: int, gpus: int, valid: Val
         if choice is None:
             continue
         chosen = [gpu for w, count in choice[1] for gpu in remote[w][:count]]
-        layout = _place(instance, m, local[m][:j], chosen)
+        layout = _place(instance, m, local[m][:j], chosen, shape)
         if layout is not None and valid(layout):
             return layout
     return None
@@ -144,13 +158,36 @@ def _best_servers(
     return best[servers]
 
 
-def _place(instance: Instance, main: int, own: list[_Gpu], remote: list[_Gpu]) -> Layout | None:
-    """Every block and the output layer on ``remote`` then ``own`` (its largest GPU last, as the
-    main GPU), each device from the last one taking the longest run of blocks that fits."""
+@dataclass(frozen=True)
+class _Shape:
+    """What a layout of some GPU-layer count puts on GPUs."""
+
+    blocks: int
+    output: bool
+    partial: bool
+
+
+def _shape(instance: Instance, layers: int) -> _Shape | None:
+    """Blocks and output layer on GPUs for ``layers`` GPU layers: every layer, or a partial offload
+    (the output layer on the last device with ``OUTPUT_FIRST``, on the host with ``OUTPUT_LAST``);
+    ``None`` when the rules allow no such layout."""
+    if layers == instance.n_layers:
+        return _Shape(blocks=instance.n_blocks, output=True, partial=False)
+    if True not in instance.rules.partial_values or layers < 1:
+        return None
+    output = instance.rules.offload_order is OffloadOrder.OUTPUT_FIRST
+    return _Shape(blocks=layers - 1 if output else layers, output=output, partial=True)
+
+
+def _place(instance: Instance, main: int, own: list[_Gpu], remote: list[_Gpu], shape: _Shape) -> Layout | None:
+    """The last ``shape.blocks`` blocks (and the output layer when it is on a GPU) on ``remote``
+    then ``own`` (its largest GPU last, as the main GPU), each device from the last one taking the
+    longest run of blocks that fits."""
     ordered = [*remote, *own[1:], *own[:1]]
     multi = len(ordered) > 1
     costs = instance.costs
     end = instance.n_blocks
+    floor = instance.n_blocks - shape.blocks
     blocks = [0] * len(ordered)
     for position in range(len(ordered) - 1, -1, -1):
         gpu = ordered[position]
@@ -158,17 +195,18 @@ def _place(instance: Instance, main: int, own: list[_Gpu], remote: list[_Gpu]) -
             role = DeviceRole.MAIN if position == len(ordered) - 1 else DeviceRole.LOCAL
         else:
             role = DeviceRole.RPC
-        room = gpu.room - full_offload_fixed(instance.costs, role, instance.workers[gpu.worker].unified, multi=multi)
-        room -= costs.output if position == len(ordered) - 1 else 0
-        room -= costs.first_device if position == 0 and multi else 0
+        unified = instance.workers[gpu.worker].unified
+        room = gpu.room - device_fixed(instance.costs, role, unified, multi=multi, partial=shape.partial)
+        room -= costs.output if position == len(ordered) - 1 and shape.output else 0
+        room -= costs.first_device if position == 0 and multi and not shape.partial else 0
         # the earliest start whose run up to ``end`` fits, leaving a block for each earlier device
         start = bisect_left(costs.block_prefix_down, costs.block_prefix_up[end] - room, 0, end + 1)
-        start = max(start, position)
+        start = max(start, floor + position)
         if start >= end:
             return None
         blocks[position] = end - start
         end = start
-    if end > 0:
+    if end > floor:
         return None
     taken: dict[int, int] = {}
     devices = []
@@ -180,5 +218,5 @@ def _place(instance: Instance, main: int, own: list[_Gpu], remote: list[_Gpu]) -
         main_worker=instance.workers[main].name,
         n_blocks=instance.n_blocks,
         devices=tuple(devices),
-        output_offloaded=True,
+        output_offloaded=shape.output,
     )
