@@ -92,10 +92,16 @@ def remote_gpu_blocks(instance: Instance) -> tuple[tuple[int, int], ...]:
 
 
 def top_remote_blocks(remote: tuple[tuple[int, int], ...], gpus: int, without: frozenset[int]) -> int:
-    """The blocks of the ``gpus`` best remote GPUs outside the workers ``without``."""
-    if gpus <= 0:
-        return 0
-    return sum([blocks for blocks, owner in remote if owner not in without][:gpus])
+    """The blocks of the ``gpus`` best remote GPUs outside the workers ``without`` (``remote`` is
+    sorted, so the scan stops after ``gpus`` of them and the GPUs of ``without`` before them)."""
+    total = taken = 0
+    for blocks, owner in remote:
+        if taken >= gpus:
+            break
+        if owner not in without:
+            total += blocks
+            taken += 1
+    return total
 
 
 def most_remote_gpus(instance: Instance, rpc_workers: frozenset[int], servers: int) -> int:
