@@ -25,6 +25,7 @@ from layerfit.domain import (
     ComputeBuffer,
     Deployment,
     Gpu,
+    GpuRef,
     MemoryProfile,
     MiB,
     PlannerConfig,
@@ -155,3 +156,31 @@ def test_fewer_layers_than_the_model_pay_the_partial_offload_costs() -> None:
     instance = build_instance(where, dep, profile, config)
     assert most_layers(instance, 0, profile.n_layers) == most
     assert may_reach(instance, most) and not may_reach(instance, most + 1)
+
+
+def test_a_selection_used_whole_fixes_the_gpu_count() -> None:
+    """Two of the three selected GPUs hold the model, but a selection used whole puts every one of
+    them in the layout: the bound for two workers is 3, as brute force finds (the capacity bound
+    alone says 2)."""
+    profile = MemoryProfile.uniform(4, 100, 0)
+    gpu = Gpu(index=0, total_vram_bytes=300, allocatable_vram_bytes=300)
+    pair = (gpu, gpu.model_copy(update={"index": 1}))
+    a = Worker(id="a", name="a", total_ram_bytes=10_000, allocatable_ram_bytes=10_000, gpus=pair)
+    b = Worker(id="b", name="b", total_ram_bytes=10_000, allocatable_ram_bytes=10_000, gpus=(gpu,))
+    where = Cluster(workers=(a, b))
+    chosen = (GpuRef(worker="a", index=0), GpuRef(worker="a", index=1), GpuRef(worker="b", index=0))
+    dep = Deployment(
+        name="d", profile=profile, distributed_inference_across_workers=True, cpu_offloading=False, gpu_selection=chosen
+    )
+    config = PlannerConfig()
+    counts = {
+        len(layout.devices)
+        for layout in all_layouts(where, profile.n_blocks)
+        if len(layout.workers) == 2
+        and layout.gpu_layers == profile.n_layers
+        and not check_layout(where, dep, profile, layout, config)
+    }
+    assert counts == {3}
+    instance = build_instance(where, dep, profile, config)
+    assert fewest_gpus(instance, 2, profile.n_layers) == 3
+    assert fewest_gpus(instance.restricted(rpc_slots=1, local_slots=1), 2, profile.n_layers) is None

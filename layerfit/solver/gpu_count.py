@@ -91,10 +91,22 @@ def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
     out is exact, since an unused better one can take its place. Each device of a layout of two or
     more pays at least the several-devices fixed cost.
 
+    A selection used whole fixes the count (when the bound allows it).
+
     Then blocks cannot be split between devices: the count grows until some order of the largest
     rooms of all candidate GPUs holds the layers (``bounds.ordered_layers``, an exact search over
     orders, each device taking the longest run of blocks that fits).
     """
+    fewest = _capacity_count(instance, workers, ceiling)
+    used = instance.rules.device_count  # a selection used whole: every layout has its GPUs
+    if fewest is None or used is None:
+        return fewest
+    most_gpus = instance.local_slots + (instance.rpc_slots if workers > 1 else 0)
+    return used if fewest <= used <= most_gpus else None
+
+
+def _capacity_count(instance: Instance, workers: int, ceiling: int) -> int | None:
+    """``fewest_gpus`` before a selection used whole fixes the count."""
     most_gpus = instance.local_slots + (instance.rpc_slots if workers > 1 else 0)
     if workers <= 2 and _fewest(instance, workers, ceiling, multi=False, gpus=range(1, 2)) == 1:
         return 1

@@ -38,8 +38,9 @@ def single_worker_step(
     instance: Instance, ceiling: int, hint: Layout | None, config: PlannerConfig, clock: Clock, trace: Trace
 ) -> SearchOutcome | Status:
     """The ceiling on one worker with exactly ``k = 1, 2, ...`` GPUs, tie-break included."""
-    split = instance.rules.tensor_split
+    split, used = instance.rules.tensor_split, instance.rules.device_count
     gpu_counts = range(1, instance.local_slots + 1) if split is None else (split.n_devices,)
+    gpu_counts = gpu_counts if used is None else (used,)  # a selection used whole
     for k in gpu_counts:
         if k > instance.local_slots:
             break
