@@ -3,6 +3,7 @@
 ``mains_reaching`` keeps the main worker of every layout with at least a given number of GPU
 layers: the general search leaves the others out once the incumbent has that many.
 
+``layer_bound.layers_upper_bound`` is at least the layer count of every valid partial offload, and
 ``layer_bound.may_reach`` holds for the layer count of every valid layout (the search runs step 1
 again at the most layers it allows, as a proof that no layout has more).
 
@@ -34,7 +35,7 @@ from layerfit.domain import (
 )
 from layerfit.solver.gpu_count import ORDER_VALUES, coarse_rooms, fewest_gpus
 from layerfit.solver.instance import build_instance
-from layerfit.solver.layer_bound import may_reach, most_layers
+from layerfit.solver.layer_bound import layers_upper_bound, may_reach, most_layers
 from layerfit.solver.proofs import mains_reaching
 
 
@@ -57,6 +58,8 @@ def test_bounds_never_exclude_a_valid_layout(data: st.DataObject) -> None:
         assert main in mains_reaching(instance, layout.gpu_layers), f"main left out, but {layout} is valid"
         if not layout.devices:
             continue
+        if layout.gpu_layers < profile.n_layers:
+            assert layout.gpu_layers <= layers_upper_bound(instance, profile.n_layers - 1), f"{layout} is valid"
         if layout.gpu_layers not in reachable:
             reachable[layout.gpu_layers] = may_reach(instance, layout.gpu_layers)
         assert reachable[layout.gpu_layers], f"{layout.gpu_layers} layers ruled out, but {layout} is valid"

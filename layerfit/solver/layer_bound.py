@@ -56,13 +56,30 @@ def most_layers(instance: Instance, reached: int, ceiling: int) -> int | None:
     a valid layout has ``reached`` (0: none is known); ``None`` when more than ``SCAN`` counts would
     need checking, or none but 0 is left.
 
-    The counts are checked downwards from the order search over the largest rooms of all candidate
-    GPUs (a bound for every layout at once), so every larger count is ruled out by its own bound."""
-    several = all_rooms(instance, ceiling - 1)[: instance.local_slots + instance.rpc_slots]
-    one = all_rooms(instance, ceiling - 1, devices=1)[:1]
-    every = max(ordered_layers(instance, coarse_rooms(several)), ordered_layers(instance, tuple(one)))
-    start = min(ceiling - 1, every)
+    The counts are checked downwards from a bound for every layout at once (``layers_upper_bound``),
+    so every larger count is ruled out by its own bound."""
+    start = min(ceiling - 1, layers_upper_bound(instance, ceiling - 1))
     for layers in range(start, max(reached, start - SCAN) - 1, -1):
         if layers <= reached or may_reach(instance, layers):
             return max(layers, reached) or None
     return None
+
+
+def layers_upper_bound(instance: Instance, layers: int) -> int:
+    """An upper bound on the GPU layers of every layout with at most ``layers`` of them: the order
+    search over each main worker's own GPUs (one of them, or as many as the slots take: more
+    devices only help the search) and, with rpc-servers, over the largest rooms of all GPUs."""
+    most = 0
+    for w, view in enumerate(instance.workers):
+        if not view.main_ok:
+            continue
+        own = sum(instance.classes[c].count for c in view.classes if instance.classes[c].local_ok)
+        for k in {1, min(own, instance.local_slots)} - {0}:
+            most = max(
+                most, min(single_worker_layers(instance, w, k), single_worker_ordered_layers(instance, w, k, layers))
+            )
+    if instance.rpc_slots:
+        several = all_rooms(instance, layers)[: instance.local_slots + instance.rpc_slots]
+        one = all_rooms(instance, layers, devices=1)[:1]
+        most = max(most, ordered_layers(instance, coarse_rooms(several)), ordered_layers(instance, tuple(one)))
+    return most
