@@ -11,6 +11,7 @@ from bisect import bisect_left
 from functools import lru_cache
 
 from layerfit.domain.profile import DeviceRole
+from layerfit.solver.costs import least_fixed
 from layerfit.solver.instance import GpuClass, Instance, SlotKind
 
 COVERED_CACHE = 1 << 15
@@ -36,16 +37,8 @@ def device_blocks(
     fixed cost of a device of that role under the rules, on a worker of memory type ``unified``
     (``None``: either), in a layout of several devices when ``multi``."""
     roles = (DeviceRole.RPC,) if kind is SlotKind.RPC else (DeviceRole.LOCAL, DeviceRole.MAIN)
-    overhead = min(
-        (
-            cost
-            for device, cost in instance.costs.device.items()
-            if device.role in roles
-            and device.partial in instance.rules.partial_values
-            and (unified is None or device.unified in (None, unified))
-            and (not multi or device.multi in (None, True))
-        ),
-        default=0,
+    overhead = least_fixed(
+        instance.costs, roles, unified=unified, partial=instance.rules.partial_values, multi=True if multi else None
     )
     return blocks_within(lightest_runs(instance), capacity - overhead)
 
@@ -198,17 +191,7 @@ def least_overhead(
         partial = (False,)
     elif instance.experts is None:
         partial = (True,)
-    return min(
-        (
-            cost
-            for kind, cost in instance.costs.device.items()
-            if kind.role in roles
-            and kind.unified in (None, unified)
-            and kind.partial in partial
-            and kind.multi in (None, devices > 1)
-        ),
-        default=0,
-    )
+    return least_fixed(instance.costs, roles, unified=unified, partial=partial, multi=devices > 1)
 
 
 def single_worker_ordered_layers(instance: Instance, worker: int, gpus: int, layers: int) -> int:

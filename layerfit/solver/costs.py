@@ -15,7 +15,7 @@ assumed additive, and that is verified here against the memory model for every c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import pairwise, product
 from typing import NamedTuple
@@ -88,20 +88,34 @@ class Costs:
         )
 
 
-def device_fixed(costs: Costs, role: DeviceRole, unified: bool | None, *, multi: bool, partial: bool = False) -> int:
-    """The fixed cost of a device of ``role`` in a full offload, or a partial one with ``partial``
-    (``unified=None``: the least over memory types)."""
+def least_fixed(
+    costs: Costs,
+    roles: Collection[DeviceRole],
+    *,
+    unified: bool | None,
+    partial: Collection[bool],
+    multi: bool | None,
+) -> int:
+    """The least fixed cost of a device of one of ``roles``, on a worker of memory type ``unified``,
+    in an offload state among ``partial``, in a layout of several devices when ``multi`` (``None``
+    for ``unified`` or ``multi``: either)."""
     return min(
         (
             cost
             for kind, cost in costs.device.items()
-            if kind.role is role
-            and kind.partial is partial
+            if kind.role in roles
+            and kind.partial in partial
             and (unified is None or kind.unified in (None, unified))
-            and kind.multi in (None, multi)
+            and (multi is None or kind.multi in (None, multi))
         ),
         default=0,
     )
+
+
+def device_fixed(costs: Costs, role: DeviceRole, unified: bool | None, *, multi: bool, partial: bool = False) -> int:
+    """The fixed cost of a device of ``role`` in a full offload, or a partial one with ``partial``
+    (``unified=None``: the least over memory types)."""
+    return least_fixed(costs, (role,), unified=unified, partial=(partial,), multi=multi)
 
 
 def memory_costs(profile: MemoryProfile) -> Costs:

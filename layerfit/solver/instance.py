@@ -31,7 +31,7 @@ from layerfit.domain.cluster import Cluster, Gpu, Worker
 from layerfit.domain.config import PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.profile import DeviceRole, MemoryProfile
-from layerfit.solver.costs import Costs, memory_costs
+from layerfit.solver.costs import Costs, least_fixed, memory_costs
 from layerfit.solver.deployment_rules import Rules, TensorSplit, deployment_rules, most_devices
 from layerfit.solver.expert_costs import ExpertCosts, dense_prefix, expert_costs
 from layerfit.solver.scale import Scale, choose_scale, tie_break_unit
@@ -269,10 +269,8 @@ def _min_device_bytes(costs: Costs, roles: Iterable[DeviceRole], unified: bool, 
     """The least any device of these roles can need: its fixed costs and one block or the output."""
     prefix = costs.block_prefix_up
     smallest_block = min(b - a for a, b in pairwise(prefix))
-    return min(smallest_block, costs.output) + min(
-        size
-        for kind, size in costs.device.items()
-        if kind.role in roles and kind.unified in (None, unified) and kind.partial in rules.partial_values
+    return min(smallest_block, costs.output) + least_fixed(
+        costs, tuple(roles), unified=unified, partial=rules.partial_values, multi=None
     )
 
 
