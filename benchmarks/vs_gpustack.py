@@ -162,6 +162,8 @@ def scenario(kind: str, rng: random.Random) -> Scenario:
 
 
 def gpustack_worker(data: dict[str, Any]) -> Worker:
+    """A GPUStack worker; ``data["reserved"]`` is its system reserve (RAM, VRAM), 2 and 0.5 GiB by default."""
+    reserved = data.get("reserved", (2 * GiB, GiB // 2))
     status = WorkerStatus.get_default_status()
     status.memory = MemoryInfo(total=data["ram"], is_unified_memory=data["unified"])
     status.gpu_devices = [
@@ -175,7 +177,7 @@ def gpustack_worker(data: dict[str, Any]) -> Worker:
         ip=f"10.0.0.{data['id']}",
         ifname="eth0",
         labels={},
-        system_reserved=SystemReserved(ram=2 * GiB, vram=GiB // 2),
+        system_reserved=SystemReserved(ram=reserved[0], vram=reserved[1]),
         status=status,
         state=WorkerStateEnum.READY,
         cluster_id=1,

@@ -25,6 +25,7 @@ from layerfit.check import check
 from layerfit.domain import (
     Cluster,
     Deployment,
+    GiB,
     Gpu,
     GpuRef,
     LlamaParams,
@@ -41,6 +42,7 @@ from layerfit.domain import (
     Worker,
 )
 from layerfit.errors import LayerfitError
+from layerfit.gpustack.messages import gpustack_messages
 from layerfit.heuristics import plan
 from layerfit.heuristics.notes import Action
 
@@ -574,7 +576,9 @@ def test_partial_advice_with_gpu_layers() -> None:
     result = run(cluster(worker("a", 500)), deployment(ngl=9))
     assert result.status is Status.INFEASIBLE
     assert len(result.messages) == 1
-    assert "to offload 9 layers" in result.messages[0] and result.messages[0].endswith("Try offloading fewer layers.")
+    assert "to offload 9 layers" in result.messages[0] and result.messages[0].endswith(
+        "Try offloading fewer layers to lower resource required."
+    )
 
 
 def test_errors_hide_advice() -> None:
@@ -639,3 +643,63 @@ def test_explicit_profile_wins_over_the_deployment() -> None:
 def test_gpu_selection_by_ref_objects() -> None:
     dep = deployment(select=(GpuRef(worker="b", index=0),))  # type: ignore[arg-type]
     assert placed(run(cluster(worker("a", 1300), worker("b", 1300)), dep))[1] == (("b", 0, 10),)
+
+
+# -- GPUStack's own words when nothing fits (found by benchmarks/gpustack_diff.py) ---------------
+
+GIB_PROFILE = MemoryProfile.uniform(
+    10, 9 * GiB // 10, GiB // 10, output_weight_bytes=GiB // 2, gpu_fixed_bytes=2 * GiB, host_fixed_bytes=GiB
+)
+"""PROFILE in GiB: a block 1 GiB, the output layer 0.5, each GPU 2 fixed, the host 1 fixed."""
+
+
+@pytest.mark.parametrize(
+    ("workers", "kwargs", "shown"),
+    [
+        # -ngl 5 of 11 without CPU offloading: GPUStack's pre-check error, plain text.
+        (
+            (worker("a", 20 * GiB, ram=20 * GiB),),
+            {"ngl": 5, "cpu_offloading": False},
+            "The parameter --gpu-layers 5 requires CPU offloading. "
+            "Please allow CPU offloading in the model configuration.",
+        ),
+        # -ngl 0 without CPU offloading is no error in GPUStack: every strategy is skipped, and its
+        # last word names the full offload on one GPU: 2 + 10 + 0.5 = 12.5 GiB VRAM, 1 GiB RAM.
+        (
+            (worker("a", 20 * GiB, ram=20 * GiB),),
+            {"ngl": 0, "cpu_offloading": False},
+            "- The model requires approximately 12.5 GiB VRAM and 1.0 GiB RAM.\n"
+            "- Cannot find a suitable worker combination to run the model.",
+        ),
+        # A selection across workers without distribution: GPUStack skips every strategy.
+        (
+            (worker("a", 20 * GiB, ram=20 * GiB), worker("b", 20 * GiB, ram=20 * GiB)),
+            {"select": ("a:cuda:0", "b:cuda:0")},
+            "- The model requires approximately 12.5 GiB VRAM and 1.0 GiB RAM.\n"
+            "- Selected GPUs do not meet the requirements to run the model.",
+        ),
+        # -ngl 5 on a 4 GiB GPU: 2 + 0.5 + 4 blocks = 6.5 GiB VRAM, 1 + 6 blocks = 7 GiB RAM;
+        # GPUStack's advice keeps its last sentence on the line before it.
+        (
+            (worker("a", 4 * GiB, ram=10 * GiB),),
+            {"ngl": 5},
+            "- The model requires approximately 6.5 GiB VRAM and 7.0 GiB RAM to offload 5 layers.\n"
+            "- The largest available worker provides 4.0 GiB VRAM and 10.0 GiB RAM. "
+            "Try offloading fewer layers to lower resource required.",
+        ),
+        # A selected GPU below one layer (2 + 0.5 = 2.5 GiB): GPUStack's plain pre-check error.
+        (
+            (worker("a", 20 * GiB, 2 * GiB, ram=20 * GiB),),
+            {"select": ("a:cuda:1",)},
+            "Selected GPU a:cuda:1 lacks enough VRAM. At least 2.5 GiB is required.",
+        ),
+    ],
+)
+def test_messages_are_gpustacks_words(workers: tuple[Worker, ...], kwargs: dict[str, object], shown: str) -> None:
+    target = cluster(*workers)
+    dep = deployment(**kwargs).model_copy(update={"profile": GIB_PROFILE})  # type: ignore[arg-type]
+    result = plan(target, dep, PlannerConfig(), GIB_PROFILE)
+    assert result.status is Status.INFEASIBLE
+    assert check(target, dep, result, GIB_PROFILE, PlannerConfig()) == ()
+    selected = None if dep.gpu_selection is None else [str(ref) for ref in dep.gpu_selection]
+    assert gpustack_messages(result, selected) == [shown]

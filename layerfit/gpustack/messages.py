@@ -17,7 +17,11 @@ from layerfit.domain.plan import Plan, Status
 NOTHING_FITS = "Cannot find a suitable worker combination to run the model."
 SELECTION_DOES_NOT_FIT = "Selected GPUs do not meet the requirements to run the model."
 
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?]) +(?=[A-Z])")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?]) +(?=[A-Z])(?!Try offloading fewer layers to lower resource required)")
+"""Where GPUStack starts a new ``- `` line: at each sentence, except the partial-offload advice's
+last sentence, which GPUStack writes on the line before it."""
+_PLAIN = re.compile(r"The parameter --gpu-layers \d+ requires CPU offloading\.|Selected GPU \S+ lacks enough VRAM\. ")
+"""GPUStack's pre-check errors, which it writes as plain text, not as a list."""
 _GIB = re.compile(r"\b(\d+\.\d+) GiB\b")
 
 
@@ -28,6 +32,8 @@ def as_list_message(lines: Sequence[str]) -> str:
 
 def gpustack_text(message: str) -> str:
     """A layerfit message in GPUStack's event format."""
+    if _PLAIN.match(message.strip()):
+        return _GIB.sub(lambda found: f"{round(float(found[1]), 2)} GiB", message.strip())
     lines = _SENTENCE_BREAK.split(message.strip())
     return as_list_message([_GIB.sub(lambda found: f"{round(float(found[1]), 2)} GiB", line) for line in lines])
 

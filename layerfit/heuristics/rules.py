@@ -38,8 +38,15 @@ def precheck(ctx: Context) -> StrategyResult:
     for check in (_gpu_layers_capped, _gpu_layers_need_cpu, _nothing_allocatable, _selection_errors):
         found = check(ctx)
         reasons.extend(found)
-        notes.extend(_error_note(reason) for reason in found if reason.severity is Severity.ERROR)
+        notes.extend(_error_note(reason) for reason in found if _shown(reason))
     return StrategyResult(reasons=tuple(reasons), notes=tuple(notes))
+
+
+def _shown(reason: Reason) -> bool:
+    """Errors GPUStack reports before any search. A selection across workers without distribution
+    is not one: GPUStack skips every strategy and says the selected GPUs do not meet the
+    requirements (the typed reason keeps the cause)."""
+    return reason.severity is Severity.ERROR and reason.kind is not ReasonKind.DISTRIBUTION_NOT_ALLOWED
 
 
 def _error_note(reason: Reason) -> Note:
@@ -55,12 +62,14 @@ def _gpu_layers_capped(ctx: Context) -> list[Reason]:
 
 
 def _gpu_layers_need_cpu(ctx: Context) -> list[Reason]:
+    """GPUStack's pre-check error, in its words. ``-ngl 0`` without CPU offloading is no error there:
+    every strategy is skipped and the plan ends with GPUStack's last word."""
     layers = ctx.gpu_layers
-    if layers is None or layers == ctx.n_layers or ctx.deployment.cpu_offloading:
+    if layers is None or not 0 < layers < ctx.n_layers or ctx.deployment.cpu_offloading:
         return []
     message = (
-        f"The parameter --gpu-layers {layers} keeps layers on the CPU, which needs CPU offloading. "
-        f"Allow CPU offloading for this model, or offload all {ctx.n_layers} layers."
+        f"The parameter --gpu-layers {layers} requires CPU offloading. "
+        "Please allow CPU offloading in the model configuration."
     )
     return [Reason(kind=ReasonKind.CPU_OFFLOAD_NOT_ALLOWED, resource="n_gpu_layers", message=message)]
 
@@ -103,7 +112,7 @@ def _selected_gpu_error(ctx: Context, cluster: Cluster, worker_name: str, gpu_ty
     needed = ctx.local_floor(worker.unified_memory)
     if available >= needed:
         return None
-    message = f"Selected GPU {ref} lacks enough VRAM: one layer needs {gib(needed)} GiB, {gib(available)} GiB is free."
+    message = f"Selected GPU {ref} lacks enough VRAM. At least {gib(needed)} GiB is required."
     return Reason(
         kind=ReasonKind.INSUFFICIENT_VRAM,
         resource="vram",

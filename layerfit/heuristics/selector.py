@@ -146,9 +146,9 @@ def _fallback(ctx: Context, notes: Sequence[Note]) -> tuple[Note, ...]:
         return ()
     full = claims(ctx.profile, ctx.evaluator.shape(ctx.n_layers, (1.0,)))
     what = (
-        "The selected GPUs cannot run the model."
+        "Selected GPUs do not meet the requirements to run the model."
         if ctx.deployment.gpu_selection is not None
-        else "No combination of workers can run the model."
+        else "Cannot find a suitable worker combination to run the model."
     )
     text = sentences(requirement(full.total_vram_bytes, full.total_ram_bytes), what)
     return (Note(Level.ERROR, Action.PRE_CHECK, text),)

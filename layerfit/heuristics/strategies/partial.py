@@ -117,11 +117,13 @@ def _advice(ctx: Context, layers: int) -> StrategyResult:
         return StrategyResult(reasons=(*reasons, summary))
     vram, ram = needed.total_vram_bytes, needed.total_ram_bytes
     enough_overall = worker.vram_bytes > vram and worker.ram_bytes > ram
+    # GPUStack's words: its second line runs on past a full stop (see gpustack.messages).
+    provides = largest_worker(worker.vram_bytes, worker.ram_bytes)[:-1]
+    if enough_overall:
+        provides += " but unable to find a combination of GPUs that satisfies the requirements when splitting by layers"
     advice = sentences(
         requirement(vram, ram, f" to offload {layers} layers"),
-        largest_worker(worker.vram_bytes, worker.ram_bytes),
-        "No combination of its GPUs holds them when splitting by layers." if enough_overall else "",
-        "Try offloading fewer layers.",
+        f"{provides}. Try offloading fewer layers to lower resource required.",
     )
     return StrategyResult(reasons=(*reasons, summary), notes=(Note(Level.INFO, ACTION, advice),))
 
