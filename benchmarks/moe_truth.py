@@ -14,11 +14,10 @@ and writes llama.cpp's own buffer figures in the ground-truth CSV format::
 from __future__ import annotations
 
 import argparse
-import csv
 import tempfile
 from pathlib import Path
 
-from truth_recording import COLUMNS, Config, csv_rows, run_config
+from truth_recording import Config, csv_rows, run_config, write_rows
 
 from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
 
@@ -51,10 +50,7 @@ def main() -> None:
                 extra, log = run_config(args.llama_cpp, path, ARCH_MODELS[name], config)
                 rows += csv_rows(name, ARCH_MODELS[name], config, extra, log)
                 print(f"recorded {config.run_id(name)}", flush=True)
-    with open(args.output, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(args.output, rows)
 
 
 if __name__ == "__main__":

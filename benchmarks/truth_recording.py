@@ -70,9 +70,14 @@ class Config:
     ngl: int
     rpc_devices: int
     extra: tuple[str, ...] = ()
+    embedding: bool = False
+    """Run under llama-embedding even though the model is causal (encoders always are)."""
 
     def run_id(self, model: str) -> str:
         return f"{self.label}_{model}_ngl{self.ngl}_c{self.ctx}"
+
+    def tool(self, spec: ModelSpec) -> str:
+        return "llama-embedding" if spec.encoder or self.embedding else "llama-completion"
 
 
 def _stateful(spec: ModelSpec) -> bool:
@@ -198,11 +203,13 @@ def _wait_listening(endpoint: str, seconds: float = 10.0) -> None:
 
 def run_config(build: Path, model: Path, spec: ModelSpec, config: Config) -> tuple[list[str], str]:
     """Run llama.cpp once; the memory-relevant flags (with the endpoints used) and its log."""
-    tool = "llama-embedding" if spec.encoder else "llama-completion"
+    tool = config.tool(spec)
     with rpc_servers(build, config.rpc_devices) as endpoints:
         flags = ["-c", str(config.ctx), *config.extra]
         placement = ["--rpc", ",".join(endpoints), "-ngl", str(config.ngl)] if endpoints else []
-        generation = ["-p", PROMPT] if spec.encoder else ["-no-cnv", "-n", "2", "--ignore-eos", "-p", PROMPT]
+        generation = (
+            ["-p", PROMPT] if tool == "llama-embedding" else ["-no-cnv", "-n", "2", "--ignore-eos", "-p", PROMPT]
+        )
         command = [str(_binary(build, tool)), "-m", str(model), *flags, *placement, *generation, *FIXED_FLAGS]
         done = subprocess.run(command, env=_environment(build), capture_output=True, text=True, timeout=600)
     log = done.stdout + "\n" + done.stderr
@@ -221,7 +228,7 @@ def csv_rows(model_name: str, spec: ModelSpec, config: Config, extra: Sequence[s
         rows.append(
             {
                 "id": config.run_id(model_name),
-                "tool": "llama-embedding" if spec.encoder else "llama-completion",
+                "tool": config.tool(spec),
                 "model": f"{model_name}.gguf",
                 "ngl": str(config.ngl),
                 "ctx": str(config.ctx),
@@ -238,6 +245,14 @@ def csv_rows(model_name: str, spec: ModelSpec, config: Config, extra: Sequence[s
             }
         )
     return rows
+
+
+def write_rows(output: Path, rows: Sequence[dict[str, str]]) -> None:
+    """Write ground-truth rows (``csv_rows``) to ``output`` with the CSV header."""
+    with open(output, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def record(build: Path, output: Path, models: Sequence[str], parallel: int = 2, labels: Sequence[str] = ()) -> int:
@@ -263,9 +278,5 @@ def record(build: Path, output: Path, models: Sequence[str], parallel: int = 2, 
 
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             list(pool.map(measure, jobs))
-    with open(output, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        for name, config in jobs:
-            writer.writerows(rows[(name, config.run_id(name))])
+    write_rows(output, [row for name, config in jobs for row in rows[(name, config.run_id(name))]])
     return len(jobs)

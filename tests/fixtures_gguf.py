@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from layerfit.domain import Layout, LlamaParams, MemoryProfile
+from layerfit.domain.choices import ModelKind
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
 from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
 from layerfit.estimators.llamacpp_log import (
@@ -277,7 +278,8 @@ def estimate_run(run: Run, files: dict[str, Path]) -> tuple[MemoryProfile, Inter
     header = read_header(str(files[run.model]))
     shape = shape_from_header(header)
     interpretation = interpret(run, shape.block_count)
-    profile = estimate_profile(shape, interpretation.params, runtime=interpretation.runtime)
+    kind = ModelKind.EMBEDDING if run.tool == "llama-embedding" else ModelKind.LLM
+    profile = estimate_profile(shape, interpretation.params, kind=kind, runtime=interpretation.runtime)
     offset = reported_host_weight_offset(
         header,
         interpretation.layout,

@@ -11,7 +11,7 @@ from fixtures_gguf import write_tiny
 from gguf import GGUFWriter
 
 from layerfit.domain import Deployment, LlamaParams, MemoryProfile, ModelKind
-from layerfit.errors import EstimationError
+from layerfit.errors import EstimationError, InputError
 from layerfit.estimators import RuntimeCosts, estimate_profile, profile_for, read_gguf, resolve_settings
 from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
 
@@ -28,10 +28,12 @@ KV_ROWS = [
     ("q8_0 K and V", {}, ["-ctk", "q8_0", "-ctv", "q8_0"], (272 * 8192,) * 4),
     # q4_0 K: 4 blocks of 18 B = 72 B, V stays f16 (256 B)
     ("q4_0 K", {}, ["-ctk", "q4_0"], (328 * 8192,) * 4),
-    # a quantized V needs flash attention: estimated as f16
-    ("q8_0 V without FA", {}, ["-fa", "off", "-ctv", "q8_0"], (512 * 8192,) * 4),
     # 4 streams of 2048 cells: still 8192 cells in all
     ("4 separate sequences", {}, ["-np", "4"], (512 * 8192,) * 4),
+    # each stream's share is padded to 256: 3 x pad256(8192 / 3 = 2730) = 3 x 2816 = 8448 cells
+    # (llama.cpp's KV buffer: 33.00 MiB for llama-q4_0, cpu-flags.csv rpc1np3)
+    ("3 separate sequences", {}, ["-np", "3"], (512 * 8448,) * 4),
+    ("5 sequences of 2048 cells", {}, ["-c", "2048", "-np", "5"], (512 * 5 * 512,) * 4),
     (
         "per-layer KV heads",
         {"metadata": {"{arch}.attention.head_count_kv": (2, 0, 2, 1)}},
@@ -122,10 +124,55 @@ def test_kv_cache_per_block(
 
 def test_warnings_name_what_was_not_honoured(tmp_path: Path) -> None:
     shape = read_gguf(str(write_tiny(tmp_path, data="header", architecture="mystery")))
-    profile = estimate_profile(shape, LlamaParams.from_args(["-c", "10000", "-fa", "off", "-ctv", "q8_0"]))
+    profile = estimate_profile(shape, LlamaParams.from_args(["-c", "10000", "-fa", "off"]))
     assert any("'mystery' is not modelled" in w for w in profile.warnings)
     assert any("ctx 10000 exceeds the trained context 4096" in w for w in profile.warnings)
-    assert any("quantized V cache (q8_0) needs flash attention" in w for w in profile.warnings)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "args", "flag", "words"),
+    [
+        # llama.cpp: "quantized V cache requires flash_attn to be enabled" (unable to create context)
+        ({}, ["-fa", "off", "-ctv", "q8_0"], "-ctv", "needs flash attention"),
+        ({}, ["-fa", "off", "-ctk", "q4_0", "-ctv", "q4_0"], "-ctv", "needs flash attention"),
+        # "model does not support different K (q8_0) and V (f16) cache types" (deepseek2, MLA)
+        (
+            {"architecture": "deepseek2", "kv_lora_rank": 64, "rope_dim": 32, "head_dim": 96, "value_dim": 64},
+            ["-ctk", "q8_0"],
+            "-ctk",
+            r"different K \(q8_0\) and V \(f16\)",
+        ),
+        # "K cache type q8_0 with block size 32 does not divide n_embd_head_k=80"
+        ({"head_dim": 80}, ["-ctk", "q8_0"], "-ctk", "does not divide the head width 80"),
+        ({"head_dim": 80}, ["-ctv", "q4_0", "-ctk", "f16"], "-ctv", "does not divide the head width 80"),
+    ],
+)
+def test_cache_types_llama_cpp_refuses_are_refused(
+    tmp_path: Path, overrides: dict[str, object], args: list[str], flag: str, words: str
+) -> None:
+    shape = read_gguf(str(write_tiny(tmp_path, data="header", **overrides)))
+    with pytest.raises(InputError, match=words) as refused:
+        estimate_profile(shape, LlamaParams.from_args(args))
+    assert refused.value.field == flag
+
+
+@pytest.mark.parametrize(
+    ("overrides", "args"),
+    [
+        ({}, ["-fa", "off", "-ctk", "q8_0"]),  # a quantized K needs no flash attention (measured: rpc1kq8fa0)
+        ({}, ["-ctk", "q8_0", "-ctv", "q8_0"]),  # -fa auto: llama.cpp turns flash attention on
+        ({"head_dim": 80}, ["-fa", "off", "-ctk", "q8_0"]),  # the block check runs only with flash attention
+        (
+            {"architecture": "deepseek2", "kv_lora_rank": 64, "rope_dim": 32, "head_dim": 96, "value_dim": 64},
+            ["-ctk", "q8_0", "-ctv", "q8_0"],
+        ),
+    ],
+)
+def test_cache_types_llama_cpp_accepts_are_estimated(
+    tmp_path: Path, overrides: dict[str, object], args: list[str]
+) -> None:
+    shape = read_gguf(str(write_tiny(tmp_path, data="header", **overrides)))
+    assert sum(estimate_profile(shape, LlamaParams.from_args(args)).block_kv_bytes) > 0
 
 
 @pytest.mark.parametrize(
@@ -137,6 +184,19 @@ def test_warnings_name_what_was_not_honoured(tmp_path: Path) -> None:
         (ModelKind.LLM, {}, ["-np", "2"], (8192, 2048, 512, 2, False, False)),
         # embedding runs put a whole input in one micro-batch: ubatch = batch = ctx
         (ModelKind.EMBEDDING, {}, ["-c", "4096"], (4096, 4096, 4096, 4, True, True)),
+        # llama-embedding ignores -ub and raises -b to the context (measured: a causal qwen3 at -c 4096 -ub 1024
+        # reserves 4096 tokens; bert at -c 1024 -b 256 logs 'setting batch size to 1024')
+        (ModelKind.EMBEDDING, {}, ["-c", "4096", "-ub", "1024"], (4096, 4096, 4096, 4, True, True)),
+        (
+            ModelKind.LLM,
+            {"architecture": "bert", "encoder": True},
+            ["-c", "1024", "-b", "256"],
+            (1024, 1024, 1024, 4, True, True),
+        ),
+        # a causal model's batch is at most the context (measured: -c 100 reserves 100 tokens)
+        (ModelKind.LLM, {}, ["-c", "100"], (100, 100, 100, 4, True, False)),
+        (ModelKind.LLM, {}, ["-c", "1000", "-ub", "1024"], (1000, 1000, 1000, 4, True, False)),
+        (ModelKind.LLM, {}, ["-b", "256"], (8192, 256, 256, 4, True, False)),  # -b below -ub caps it
         (ModelKind.LLM, {"architecture": "bert", "encoder": True}, ["-c", "2048"], (2048, 2048, 2048, 4, True, True)),
     ],
 )

@@ -18,7 +18,7 @@ from layerfit.domain.choices import ModelKind
 from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import FlashAttnFallback, MemoryProfile, RoleCosts
-from layerfit.errors import EstimationError
+from layerfit.errors import EstimationError, InputError
 from layerfit.estimators import kv, overrides
 from layerfit.estimators.compute import (
     Activations,
@@ -28,7 +28,7 @@ from layerfit.estimators.compute import (
     compute_buffers,
     flash_attn_off_splits,
 )
-from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
+from layerfit.estimators.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, Keys
 from layerfit.estimators.gguf_reader import MetaValue, read_header
 from layerfit.estimators.layer_kinds import kinds_compute, layer_kinds, scan_crossings
 from layerfit.estimators.shape import ModelShape, read_gguf
@@ -104,7 +104,12 @@ class Settings(Frozen):
     type_k: GGMLQuantizationType
     type_v: GGMLQuantizationType
     embedding: bool
-    """An embedding or reranking run: no logits, and a whole input per micro-batch."""
+    """An embedding or reranking run: no logits (an encoder also runs a whole input per micro-batch)."""
+
+    @property
+    def graph_tokens(self) -> int:
+        """Tokens of the worst-case graph llama.cpp reserves its compute buffers for."""
+        return min(kv.pad(self.ctx), self.n_ubatch)
 
 
 def resolve_settings(
@@ -125,14 +130,16 @@ def resolve_settings(
             f"{shape.architecture} is not causal (an encoder: it serves embeddings, it cannot generate) but the "
             "deployment's kind is llm: estimated as an embedding run; set kind embedding or reranker"
         )
-    n_batch = params.batch_size or (ctx if embedding else DEFAULT_BATCH)
-    n_ubatch = min(params.ubatch_size or (n_batch if embedding else DEFAULT_UBATCH), n_batch)
+    n_batch, n_ubatch = _batch_sizes(params, ctx, causal=shape.causal, embedding=embedding)
+    if embedding and params.ubatch_size is not None and params.ubatch_size < n_ubatch:
+        warnings.append(
+            f"-ub {params.ubatch_size} in an embedding run: llama-embedding runs {n_ubatch} tokens per micro-batch "
+            "whatever -ub says (llama-server honours it): estimated with the larger"
+        )
     flash_attn = params.flash_attn != "off"
     type_k = _cache_type(params.cache_type_k)
     type_v = _cache_type(params.cache_type_v)
-    if not flash_attn and type_v not in (GGMLQuantizationType.F16, GGMLQuantizationType.F32, GGMLQuantizationType.BF16):
-        warnings.append(f"a quantized V cache ({params.cache_type_v}) needs flash attention: estimated as f16")
-        type_v = GGMLQuantizationType.F16
+    _check_cache_types(shape, params, type_k, type_v)
     if kind is ModelKind.IMAGE:
         warnings.append("image models are not estimated by llama.cpp's rules: treated as a language model")
     n_seq = params.parallel or runtime.default_slots
@@ -148,6 +155,62 @@ def resolve_settings(
         embedding=embedding,
     )
     return settings, tuple(warnings)
+
+
+def _batch_sizes(params: LlamaParams, ctx: int, *, causal: bool, embedding: bool) -> tuple[int, int]:
+    """``(n_batch, n_ubatch)`` as llama.cpp resolves them.
+
+    A causal model's batch is at most the context (``-c 100``: 100 tokens per micro-batch, not
+    512). Embedding runs: llama-embedding raises the batch to the context and sets the micro-batch
+    to the batch whatever ``-ub`` says (measured: a causal qwen3 at ``-c 4096 -ub 1024`` runs 4096
+    tokens); llama-server lowers the batch to the micro-batch instead. The larger of the two is
+    taken, so ``-b``/``-ub`` below the context never shrink an embedding estimate. The graph runs
+    ``min(padded ctx, n_ubatch)`` tokens (``Settings.graph_tokens``).
+    """
+    if embedding:
+        n_batch = max(params.batch_size or DEFAULT_BATCH, params.ubatch_size or 0, ctx)
+        n_batch = min(n_batch, ctx) if causal else n_batch
+        return n_batch, n_batch
+    n_batch = min(params.batch_size or DEFAULT_BATCH, ctx) if causal else params.batch_size or DEFAULT_BATCH
+    n_ubatch = min(params.ubatch_size or DEFAULT_UBATCH, n_batch)
+    return n_batch, n_ubatch
+
+
+UNQUANTIZED_CACHE = (GGMLQuantizationType.F16, GGMLQuantizationType.F32, GGMLQuantizationType.BF16)
+
+
+def _check_cache_types(
+    shape: ModelShape, params: LlamaParams, type_k: GGMLQuantizationType, type_v: GGMLQuantizationType
+) -> None:
+    """Refuse the cache types llama.cpp refuses to create a context with ("unable to create context",
+    measured: ``-ctv q8_0 -fa off``, and ``-ctk q8_0`` alone on an MLA model)."""
+    if type_v not in UNQUANTIZED_CACHE and params.flash_attn == "off":
+        raise InputError(
+            "-ctv",
+            f"a quantized V cache ({params.cache_type_v}) needs flash attention: llama.cpp "
+            "refuses to start with -fa off (with -fa auto it turns flash attention on)",
+        )
+    if shape.mla and type_k != type_v:
+        raise InputError(
+            "-ctk",
+            f"{shape.architecture} caches one latent row (MLA): llama.cpp refuses different K "
+            f"({params.cache_type_k}) and V ({params.cache_type_v}) cache types; give both the same",
+        )
+    if params.flash_attn == "off":
+        return
+    widths = {
+        "-ctk": (type_k, params.cache_type_k, (shape.key_length, shape.key_length_swa)),
+        "-ctv": (type_v, params.cache_type_v, (shape.value_length, shape.value_length_swa)),
+    }
+    for flag, (ggml_type, name, lengths) in widths.items():
+        block = GGML_QUANT_SIZES[ggml_type][0]
+        uneven = sorted({length for length in lengths if length and length % block})
+        if ggml_type not in UNQUANTIZED_CACHE and uneven:
+            raise InputError(
+                flag,
+                f"cache type {name} packs {block} values per block, which does not divide the "
+                f"head width {uneven[0]}: llama.cpp refuses it with flash attention (use -fa off or f16)",
+            )
 
 
 def _cache_type(name: str) -> GGMLQuantizationType:
@@ -169,9 +232,7 @@ def estimate_profile(
         )
     settings, setting_warnings = resolve_settings(shape, params, kind, runtime)
     cache = kv.geometry(settings.ctx, settings.n_seq, settings.unified_kv, settings.n_ubatch)
-    act = activations(
-        shape, cache, n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, logits=not settings.embedding
-    )
+    act = activations(shape, cache, n_ubatch=settings.graph_tokens, flash_attn=settings.flash_attn, logits=shape.causal)
     try:
         compute = compute_buffers(act, runtime.backend)
     except ValidationError as exc:  # buffers past the size cap: a hostile or broken header
@@ -181,7 +242,9 @@ def estimate_profile(
 
     def part_compute(part: ModelShape) -> ComputeEstimate:
         logits = not settings.embedding
-        part_act = activations(part, cache, n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, logits=logits)
+        part_act = activations(
+            part, cache, n_ubatch=settings.graph_tokens, flash_attn=settings.flash_attn, logits=logits
+        )
         return compute_buffers(part_act, runtime.backend)
 
     block_kinds, by_kinds = kinds_compute(shape, part_compute)
@@ -236,10 +299,10 @@ def _flash_attn_fallback(
 ) -> FlashAttnFallback | None:
     """What the splits that turn flash attention ``auto`` off add (``FlashAttnFallback``)."""
     splits = flash_attn_off_splits(shape)
-    if params.flash_attn != "auto" or not splits:
-        return None
+    if params.flash_attn != "auto" or settings.type_v not in UNQUANTIZED_CACHE or not splits:
+        return None  # a quantized V cache makes llama.cpp turn flash attention on, not leave it to auto
     on_act, on = flash
-    off_act = activations(shape, cache, n_ubatch=settings.n_ubatch, flash_attn=False, logits=not settings.embedding)
+    off_act = activations(shape, cache, n_ubatch=settings.graph_tokens, flash_attn=False, logits=shape.causal)
     off = compute_buffers(off_act, backend)
     device = off.device.partial_offload_bytes - on.device.partial_offload_bytes
     return FlashAttnFallback(

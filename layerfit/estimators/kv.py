@@ -1,7 +1,8 @@
 """KV cache and recurrent state per block, as llama.cpp allocates them.
 
 * Context cells are padded to 256. With several sequences and no unified cache, each of the
-  ``n_seq`` streams gets ``n_ctx / n_seq`` cells; the total stays ``n_ctx``.
+  ``n_seq`` streams gets ``pad256(n_ctx / n_seq)`` cells, so the total is ``n_seq`` times that:
+  ``-c 8192 -np 3`` caches 3 x 2816 = 8448 cells (llama.cpp logs "rounding down" but rounds up).
 * Full-attention layers cache ``n_ctx`` cells; sliding-window layers
   ``pad256(min(n_ctx, window * n_seq + n_ubatch))`` (unified) or, per stream,
   ``pad256(min(n_ctx / n_seq, window + n_ubatch))``.
@@ -41,7 +42,7 @@ class CacheGeometry:
     """How many cells each kind of layer caches, and for how many sequences."""
 
     n_ctx: int
-    """Padded context: the cells of a full-attention layer, all streams together."""
+    """Padded context (``-c`` rounded up to 256), before it is shared out among the streams."""
     n_seq: int
     unified: bool
     n_ubatch: int
@@ -52,10 +53,12 @@ class CacheGeometry:
 
     @property
     def cells_per_stream(self) -> int:
-        return self.n_ctx // self.streams
+        """Each stream's share of the context, itself padded to 256 (llama.cpp's ``n_ctx_seq``)."""
+        return self.n_ctx if self.streams == 1 else pad(self.n_ctx // self.streams)
 
     @property
     def full_cells(self) -> int:
+        """The cells of a full-attention layer, all streams together."""
         return self.cells_per_stream * self.streams
 
     def swa_cells(self, window: int) -> int:

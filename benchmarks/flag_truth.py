@@ -1,0 +1,109 @@
+"""Record llama.cpp's real allocations under the flag combinations users pass (CPU build, RPC emulation).
+
+The architecture records (``truth_recording``) keep the defaults apart from ``-c``, ``-ngl``, ``-ts``,
+q8_0 KV and ``-np 2``. This records the other knobs on a few of the architecture models of
+``layerfit.estimators.arch_fixtures``: small, odd, zero (training) and beyond-training contexts;
+``-ub`` above the default, not dividing the context, above it; ``-b`` below ``-ub``; ``-np`` not
+dividing the context; q4_0, bf16 and K-only q8_0 caches; ``-fa off``; ``-ngl 0`` beside an rpc
+device; three devices; ``-lm none``; embedding runs of a causal model (``llama-embedding``); and
+the combinations llama.cpp refuses to start with (their error line is kept in ``note``)::
+
+    python benchmarks/flag_truth.py --llama-cpp ~/.cache/llamacpp-cpu-11434 \\
+        --output tests/gguf_fixtures/ground_truth/cpu-flags.csv
+
+``tests/test_flag_truth.py`` compares the memory model with every recorded figure and checks that
+layerfit refuses what llama.cpp refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+from pathlib import Path
+
+from truth_recording import COLUMNS, Config, csv_rows, run_config, write_rows
+
+from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
+
+REFUSED = "refused: "
+"""``note`` of a run llama.cpp refused to start, followed by its error line."""
+_ERROR = re.compile(r"E llama_init_from_model: (?P<problem>.+)")
+
+CASES: tuple[tuple[str, Config], ...] = (
+    ("llama-q4_0", Config("cpu", 100, 0, 0)),
+    ("llama-q4_0", Config("rpc1", 100, 99, 1)),
+    ("llama-q4_0", Config("rpc1", 1000, 99, 1)),
+    ("llama-q4_0", Config("rpc1", 0, 99, 1)),  # the training context, 16384
+    ("llama-q4_0", Config("rpc1", 32768, 99, 1)),  # twice the training context
+    ("llama-q4_0", Config("rpc1ub1024", 4096, 99, 1, ("-ub", "1024"))),
+    ("llama-q4_0", Config("rpc1ub384", 1000, 99, 1, ("-ub", "384"))),
+    ("llama-q4_0", Config("rpc1ub1024", 1000, 99, 1, ("-ub", "1024"))),
+    ("llama-q4_0", Config("rpc1b256", 4096, 99, 1, ("-b", "256", "-ub", "512"))),
+    ("llama-q4_0", Config("rpc1np3", 8192, 99, 1, ("-np", "3"))),
+    ("llama-q4_0", Config("rpc1np5", 2048, 99, 1, ("-np", "5"))),
+    ("llama-q4_0", Config("rpc1kq8fa0", 4096, 99, 1, ("-ctk", "q8_0", "-fa", "off"))),
+    ("llama-q4_0", Config("rpc1kvq4", 4096, 99, 1, ("-ctk", "q4_0", "-ctv", "q4_0"))),
+    ("llama-q4_0", Config("rpc1kvbf16", 4096, 99, 1, ("-ctk", "bf16", "-ctv", "bf16"))),
+    ("llama-q4_0", Config("rpc1halffa0", 4096, 3, 1, ("-fa", "off"))),
+    ("llama-q4_0", Config("rpc3", 4096, 99, 3, ("-ts", "1,1,1"))),
+    ("llama-q4_0", Config("rpc3odd", 4096, 99, 3, ("-ts", "3,1,2"))),
+    ("llama-q4_0", Config("rpc1ngl0", 4096, 0, 1)),
+    ("llama-q4_0", Config("rpc2ngl2", 4096, 2, 2, ("-ts", "1,1"))),
+    ("llama-q4_0", Config("rpc1halflmnone", 4096, 3, 1, ("-lm", "none"))),
+    ("llama-q4_0", Config("cpulmnone", 4096, 0, 0, ("-lm", "none"))),
+    ("llama-q4_0", Config("rpc1kvq8fa0", 4096, 99, 1, ("-ctk", "q8_0", "-ctv", "q8_0", "-fa", "off"))),
+    ("gemma3-q4_k", Config("rpc1np3", 8192, 99, 1, ("-np", "3"))),
+    ("gemma3-q4_k", Config("rpc1", 100, 99, 1)),
+    ("gemma3-q4_k", Config("rpc1ub1024", 3000, 99, 1, ("-ub", "1024"))),
+    ("gemma3-q4_k", Config("rpc1b256", 4096, 99, 1, ("-b", "256"))),
+    ("mamba2-f16", Config("rpc1np3", 4096, 99, 1, ("-np", "3"))),
+    ("granitehybrid-q8_0", Config("rpc1splitkvq8", 8192, 4, 1, ("-ctk", "q8_0", "-ctv", "q8_0"))),
+    ("deepseek2-q8_0", Config("rpc1kq8", 4096, 99, 1, ("-ctk", "q8_0"))),
+    ("deepseek2-q8_0", Config("rpc1kvq8", 4096, 99, 1, ("-ctk", "q8_0", "-ctv", "q8_0"))),
+    ("bert-f16", Config("rpc1ub256", 1024, 99, 1, ("-ub", "256"))),
+    ("bert-f16", Config("rpc1b256", 1024, 99, 1, ("-b", "256"))),
+    ("bert-f16", Config("rpc1", 0, 99, 1)),
+    ("bert-f16", Config("rpc1", 100, 99, 1)),
+    ("qwen3-f16", Config("emb1", 4096, 99, 1, embedding=True)),
+    ("qwen3-f16", Config("emb1ub1024", 4096, 99, 1, ("-ub", "1024"), embedding=True)),
+    ("qwen3-f16", Config("embcpu", 1000, 0, 0, embedding=True)),
+    ("qwen3-f16", Config("emb1half", 2048, 3, 1, embedding=True)),
+)
+
+
+def refused_row(name: str, config: Config, problem: str) -> dict[str, str]:
+    """The one row of a run llama.cpp refused to start: its flags and llama.cpp's error."""
+    spec = ARCH_MODELS[name]
+    row = dict.fromkeys(COLUMNS, "")
+    extra = " ".join(config.extra) + (" --rpc" if config.rpc_devices else "")
+    row.update(id=config.run_id(name), tool=config.tool(spec), model=f"{name}.gguf", ngl=str(config.ngl))
+    row.update(ctx=str(config.ctx), extra=extra.strip(), note=REFUSED + problem)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-cpp", type=Path, required=True, help="directory of the CPU build")
+    parser.add_argument("--output", type=Path, required=True, help="CSV to write")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = {name: write_arch_model(scratch, name, data="sparse") for name in dict.fromkeys(n for n, _ in CASES)}
+        for name, config in CASES:
+            try:
+                extra, log = run_config(args.llama_cpp, paths[name], ARCH_MODELS[name], config)
+            except RuntimeError as failed:
+                found = _ERROR.search(str(failed))
+                if found is None:
+                    raise
+                rows.append(refused_row(name, config, found["problem"].strip()))
+                print(f"refused {config.run_id(name)}: {found['problem'].strip()}", flush=True)
+                continue
+            rows += csv_rows(name, ARCH_MODELS[name], config, extra, log)
+            print(f"recorded {config.run_id(name)}", flush=True)
+    write_rows(args.output, rows)
+
+
+if __name__ == "__main__":
+    main()
