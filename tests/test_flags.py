@@ -46,7 +46,7 @@ def test_every_modelled_flag_has_a_field_and_a_converter() -> None:
         ("-cmoe", Effect.MODELLED),
         ("-ot", Effect.MODELLED),
         ("-ncmoed", Effect.NOT_MODELLED),
-        ("--swa-full", Effect.NOT_MODELLED),
+        ("--swa-full", Effect.MODELLED),
         ("--fit-target", Effect.DECIDED),
         ("--rpc", Effect.DECIDED),
         ("--threads", Effect.NO_EFFECT),
@@ -70,7 +70,7 @@ def test_closest_flag() -> None:
     [
         (["--ctx-szie 4096"], "--ctx-szie: not an option of llama-server .*did you mean --ctx-size"),
         (["-nkvo"], "-nkvo: changes memory in a way layerfit does not model"),
-        (["--swa-full"], "--swa-full: changes memory in a way layerfit does not model"),
+        (["--swa-full=1"], "--swa-full: takes no value"),
         (["--lora", "a.gguf"], "--lora: changes memory in a way layerfit does not model"),
         (["-ncmoed", "4"], "-ncmoed: changes memory in a way layerfit does not model"),
         (["--fit-target 1024"], "--fit-target: cannot be set by the user"),

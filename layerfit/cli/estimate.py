@@ -11,6 +11,7 @@ _ESTIMATE_FIELDS = {
     "parallel": "sequences (default: llama-server's 4 slots sharing one KV cache)",
     "cache_type_k": "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)",
     "cache_type_v": "V cache type, same types (default f16; quantized needs flash attention)",
+    "swa_full": "sliding-window layers cache the whole context",
     "flash_attn": "flash attention on|off|auto (default auto, estimated as on)",
     "batch_size": "logical batch (default 2048)",
     "ubatch_size": "micro-batch: sizes the compute buffers (default 512)",

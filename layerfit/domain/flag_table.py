@@ -71,7 +71,7 @@ ROWS: Final[tuple[tuple[str, int, Effect, str], ...]] = (
     ("-b --batch-size", 1, MODELLED, "batch_size"),
     ("-ub --ubatch-size", 1, MODELLED, "ubatch_size"),
     ("--keep", 1, NO_EFFECT, ""),
-    ("--swa-full", 0, NOT_MODELLED, "a full-size cache for sliding-window layers"),
+    ("--swa-full", 0, MODELLED, "swa_full"),
     (
         "-ctxcp --ctx-checkpoints --swa-checkpoints",
         1,

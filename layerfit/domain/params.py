@@ -56,6 +56,8 @@ class LlamaParams(Frozen):
     """``-lm``; ``None`` is llama.cpp's ``auto`` (memory-mapped where the devices allow it)."""
     batch_size: PosInt | None = None
     ubatch_size: PosInt | None = None
+    swa_full: bool = False
+    """``--swa-full``: sliding-window layers cache the whole context, as full-attention layers do."""
     mmproj: str | None = None
     extra: tuple[str, ...] = ()
     """Flags without effect on the memory layerfit plans, passed through to ``llama-server`` unchanged."""
@@ -133,6 +135,8 @@ class LlamaParams(Frozen):
             out += ["-b", str(self.batch_size)]
         if self.ubatch_size is not None:
             out += ["-ub", str(self.ubatch_size)]
+        if self.swa_full:
+            out.append("--swa-full")
         if self.mmproj is not None:
             out += ["--mmproj", self.mmproj]
         return (*out, *self.extra)
@@ -249,6 +253,7 @@ _CONVERTERS: dict[str, Callable[[str, str], Any]] = {
     "flash_attn": _flash_attn_value,
     "load_mode": _load_mode_value,
     "mmproj": lambda flag, text: text,
+    "swa_full": lambda flag, text: True,
 }
 """One converter per ``LlamaParams`` field that a ``MODELLED`` row of the flag table names."""
 
@@ -302,7 +307,7 @@ def _parse_args(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
             continue
         if flag.field in fields:
             raise InputError(name, "given more than once")
-        fields[flag.field] = _CONVERTERS[flag.field](name, values[0])
+        fields[flag.field] = _CONVERTERS[flag.field](name, values[0] if values else "")
         flags[flag.field] = name
     fields["extra"] = tuple(extra)
     return fields, flags

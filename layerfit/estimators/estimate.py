@@ -103,6 +103,8 @@ class Settings(Frozen):
     flash_attn: bool
     type_k: GGMLQuantizationType
     type_v: GGMLQuantizationType
+    swa_full: bool = False
+    """``--swa-full``: sliding-window layers cache the whole context."""
     embedding: bool
     """An embedding or reranking run: no logits (an encoder also runs a whole input per micro-batch)."""
 
@@ -152,6 +154,7 @@ def resolve_settings(
         flash_attn=flash_attn,
         type_k=type_k,
         type_v=type_v,
+        swa_full=params.swa_full,
         embedding=embedding,
     )
     return settings, tuple(warnings)
@@ -231,7 +234,7 @@ def estimate_profile(
             shape.path, Keys.LLM.BLOCK_COUNT.format(arch=shape.architecture), "the model has no blocks"
         )
     settings, setting_warnings = resolve_settings(shape, params, kind, runtime)
-    cache = kv.geometry(settings.ctx, settings.n_seq, settings.unified_kv, settings.n_ubatch)
+    cache = kv.geometry(settings.ctx, settings.n_seq, settings.unified_kv, settings.n_ubatch, settings.swa_full)
     act = activations(shape, cache, n_ubatch=settings.graph_tokens, flash_attn=settings.flash_attn, logits=shape.causal)
     try:
         compute = compute_buffers(act, runtime.backend)

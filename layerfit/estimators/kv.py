@@ -5,7 +5,8 @@
   ``-c 8192 -np 3`` caches 3 x 2816 = 8448 cells (llama.cpp logs "rounding down" but rounds up).
 * Full-attention layers cache ``n_ctx`` cells; sliding-window layers
   ``pad256(min(n_ctx, window * n_seq + n_ubatch))`` (unified) or, per stream,
-  ``pad256(min(n_ctx / n_seq, window + n_ubatch))``.
+  ``pad256(min(n_ctx / n_seq, window + n_ubatch))``; with ``--swa-full`` as many as full-attention
+  layers.
 * A cell of a layer holds ``n_head_kv * key_length`` keys and ``n_head_kv * value_length`` values
   in the cache types (quantized types in blocks of 32); MLA layers hold one K-only latent row of
   ``kv_lora_rank + rope_dim``.
@@ -46,6 +47,8 @@ class CacheGeometry:
     n_seq: int
     unified: bool
     n_ubatch: int
+    swa_full: bool = False
+    """``--swa-full``: sliding-window layers get the full-attention layers' cells."""
 
     @property
     def streams(self) -> int:
@@ -62,6 +65,8 @@ class CacheGeometry:
         return self.cells_per_stream * self.streams
 
     def swa_cells(self, window: int) -> int:
+        if self.swa_full:
+            return self.full_cells
         if self.unified:
             return pad(min(self.n_ctx, window * self.n_seq + self.n_ubatch))
         return self.streams * pad(min(self.cells_per_stream, window + self.n_ubatch))
@@ -70,8 +75,10 @@ class CacheGeometry:
         return self.swa_cells(window) // self.streams
 
 
-def geometry(ctx: int, n_seq: int, unified: bool, n_ubatch: int) -> CacheGeometry:
-    return CacheGeometry(n_ctx=pad(ctx), n_seq=n_seq, unified=unified or n_seq == 1, n_ubatch=n_ubatch)
+def geometry(ctx: int, n_seq: int, unified: bool, n_ubatch: int, swa_full: bool = False) -> CacheGeometry:
+    return CacheGeometry(
+        n_ctx=pad(ctx), n_seq=n_seq, unified=unified or n_seq == 1, n_ubatch=n_ubatch, swa_full=swa_full
+    )
 
 
 def block_kv_bytes(
