@@ -88,3 +88,20 @@ def test_a_parser_built_for_one_subcommand_answers_as_the_whole_one(monkeypatch:
         for other, (home, _) in SUBCOMMANDS.items():
             if home != module:  # left bare: no options of its own, so its help is not the full one's
                 assert _answer(one, [other, "--help"]) != _answer(whole, [other, "--help"])
+
+
+@pytest.mark.parametrize("columns", ["100", "0", "wide", None])
+def test_help_is_as_wide_as_argparse_makes_it(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    """``terminal_columns`` is ``shutil.get_terminal_size().columns``: from ``COLUMNS`` when it is a
+    positive number, else the terminal's, else 80."""
+    import shutil
+
+    from layerfit.cli.common import HELP_FORMAT, terminal_columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == shutil.get_terminal_size().columns
+    assert columns != "100" or terminal_columns() == 100
+    assert HELP_FORMAT("layerfit")._width == argparse.HelpFormatter("layerfit")._width

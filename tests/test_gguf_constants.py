@@ -77,6 +77,7 @@ def test_estimate_imports_no_gguf_numpy_or_solver(tmp_path: Path) -> None:
     assert loaded & unused == set()  # models an estimate does not need are not even built
     other_commands = {f"layerfit.cli.{name}" for name in ("plan", "replan", "examples", "schema")}
     assert loaded & other_commands == set()  # only the subcommand that runs builds its options
+    assert "shutil" not in loaded  # argparse's width is found without it (cli.common.terminal_columns)
 
 
 @pytest.mark.parametrize("which", ["cluster", "deployment"])
@@ -107,4 +108,4 @@ def test_help_and_argument_errors_import_no_pydantic(argv: list[str]) -> None:
         f"    assert main({argv!r}) in (0, 2)"
     )
     loaded = {name.split(".")[0] for name in _modules_after(code)}
-    assert loaded & {*HEAVY, "pydantic", "pydantic_core", "yaml"} == set()
+    assert loaded & {*HEAVY, "pydantic", "pydantic_core", "yaml", "shutil"} == set()

@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn, cast
+from typing import Any, NoReturn, cast
 
 from layerfit.cli.common import EXAMPLES, EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, HELP_FORMAT, SUBCOMMANDS
 from layerfit.cli.plugins import without_plugin_scan
@@ -23,7 +23,12 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_NO_FIT", "EXIT_PLACED", "build_parser", "main
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``layerfit plan: error: ...``), exit code 2, and no usage dump."""
+    """argparse with one-line errors (``layerfit plan: error: ...``), exit code 2, and no usage dump;
+    ``HELP_FORMAT`` unless told otherwise (also for the subcommands' parsers)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HELP_FORMAT)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
