@@ -105,3 +105,47 @@ def test_help_is_as_wide_as_argparse_makes_it(monkeypatch: pytest.MonkeyPatch, c
     assert terminal_columns() == shutil.get_terminal_size().columns
     assert columns != "100" or terminal_columns() == 100
     assert HELP_FORMAT("layerfit")._width == argparse.HelpFormatter("layerfit")._width
+
+
+def test_an_estimate_runs_without_garbage_collections(tmp_path: Path) -> None:
+    """The collector is off while a command that searches nothing runs, and on again after it."""
+    code = (
+        "import contextlib, gc, io, sys\nfrom layerfit.cli import main\nruns = []\n"
+        "gc.callbacks.append(lambda phase, info: runs.append(phase))\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['estimate', sys.argv[1]]) == 0\n"
+        "print(len(runs), gc.isenabled())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(write_tiny(tmp_path))], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert done.stdout.split() == ["0", "True"]
+
+
+def test_searches_keep_the_garbage_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    import layerfit.cli as cli
+
+    seen: dict[str | None, bool] = {}
+
+    def run(command: str | None, argv: object) -> int:
+        seen[command] = gc.isenabled()
+        if command == "schema":
+            raise KeyboardInterrupt
+        return 0
+
+    monkeypatch.setattr(cli, "_run", run)
+    for argv in (["plan"], ["explain"], ["replan"], ["estimate"], ["examples"], ["--help"]):
+        cli.main(argv)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["schema"])
+    assert seen == {
+        "plan": True,
+        "explain": True,
+        "replan": True,
+        "estimate": False,
+        "examples": False,
+        None: False,
+        "schema": False,
+    }
+    assert gc.isenabled()

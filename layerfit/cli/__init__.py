@@ -9,6 +9,7 @@ Exit codes: 0 placed (or estimate printed), 1 nothing fits, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -93,10 +94,30 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
         raise InputError(name, f"unknown option of layerfit {command} (and of llama-server){hint}")
 
 
+SHORT_COMMANDS = frozenset({"estimate", "schema", "examples"})
+"""Subcommands that search nothing: they end within a second, their allocations bounded by the
+input's checked sizes, so they run without the cyclic garbage collector."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. ``--help``, argument errors and ``SHORT_COMMANDS`` run with the garbage
+    collector off: their imports and pydantic's schema builds set off ~50 collections that free
+    a few hundred objects (peak memory unchanged) and cost ~15 ms of an estimate's start-up."""
     without_plugin_scan()
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(_command(argv))
+    command = _command(argv)
+    collecting = gc.isenabled()
+    if command is None or command in SHORT_COMMANDS:
+        gc.disable()
+    try:
+        return _run(command, argv)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run(command: str | None, argv: Sequence[str]) -> int:
+    parser = build_parser(command)
     try:
         args, rest = parser.parse_known_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed on one line

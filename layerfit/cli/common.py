@@ -19,7 +19,6 @@ EXIT_NO_FIT = 1
 EXIT_BAD_INPUT = 2
 
 
-
 def terminal_columns() -> int:
     """``shutil.get_terminal_size().columns``, which argparse asks for at every option it adds,
     without importing ``shutil``: that loads zlib, bz2 and lzma, a few ms of every start-up."""

@@ -33,8 +33,7 @@ Per device, with ``layer = m + M + max(6E + F3, 4E + A + QO)``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from layerfit.domain.profile import ComputeBuffer
 from layerfit.estimators.kv import CacheGeometry
@@ -78,8 +77,7 @@ PIPELINE_PER_LAYER_COPIES = 8
 variant's devices are within 10 % of it, the second one under by 22 MiB)."""
 
 
-@dataclass(frozen=True)
-class Activations:
+class Activations(NamedTuple):
     """Sizes of the tensors that dominate a micro-batch's graph, in bytes."""
 
     embd: int
@@ -103,8 +101,7 @@ class Activations:
     """``P``: gemma3n's per-layer inputs of every block for the micro-batch, 0 for other models."""
 
 
-@dataclass(frozen=True)
-class Encoder:
+class Encoder(NamedTuple):
     """What shapes an encoder's graph: ``F`` (the feed-forward), rope and learned positions."""
 
     ffn: int
@@ -115,8 +112,7 @@ class Encoder:
     """Routed experts (``F`` is theirs): the first device of a split holds ``2E`` more."""
 
 
-@dataclass(frozen=True)
-class ComputeEstimate:
+class ComputeEstimate(NamedTuple):
     """Compute buffers per device position, as the memory model charges them."""
 
     device: ComputeBuffer

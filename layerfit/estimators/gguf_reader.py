@@ -428,8 +428,7 @@ def _read_tensor_info(cursor: _Cursor, index: int) -> _RawTensor:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Shard:
+class _Shard(NamedTuple):
     path: str
     version: int
     alignment: int

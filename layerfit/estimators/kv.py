@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -38,8 +38,7 @@ def row_bytes(ggml_type: GGMLQuantizationType, n_elements: int) -> int:
     return -(-n_elements // block_size) * type_size
 
 
-@dataclass(frozen=True)
-class CacheGeometry:
+class CacheGeometry(NamedTuple):
     """How many cells each kind of layer caches, and for how many sequences."""
 
     n_ctx: int

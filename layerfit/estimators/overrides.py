@@ -9,7 +9,7 @@ the rest of the block goes where the layout puts it: its bytes become the block'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from layerfit.domain.expert_flags import CPU_MOE_FLAGS, N_CPU_MOE_FLAGS, ExpertFlags, compile_pattern
 from layerfit.errors import InputError
@@ -17,8 +17,7 @@ from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
 from layerfit.estimators.shape import ModelShape
 
 
-@dataclass(frozen=True)
-class HostOverrides:
+class HostOverrides(NamedTuple):
     """Per block, the bytes the overrides keep on the host; and what did not match."""
 
     block_bytes: tuple[int, ...]
