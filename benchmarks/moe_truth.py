@@ -34,6 +34,9 @@ CONFIGS = (
     Config("rpc1halfncmoe3", CTX, 3, 1, ("--n-cpu-moe", "3")),
     Config("rpc2ncmoe1", CTX, FULL, 2, ("-ts", "1,1", "--n-cpu-moe", "1")),
     Config("rpc2ot13", CTX, FULL, 2, ("-ts", "1,1", "-ot", ODD_BLOCKS)),
+    Config("rpc1cmoefa0", CTX, FULL, 1, ("--cpu-moe", "-fa", "off")),
+    Config("rpc1cmoeub1024", CTX, FULL, 1, ("--cpu-moe", "-ub", "1024")),
+    Config("rpc3ncmoe2", CTX, FULL, 3, ("-ts", "1,1,1", "--n-cpu-moe", "2")),
 )
 
 

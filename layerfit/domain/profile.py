@@ -170,6 +170,10 @@ class MemoryProfile(Frozen):
     copy of the output layer's weights, the logits, hidden states). 0: not modelled."""
     op_offload_host_compute_bytes: Bytes = 0
     """The host compute buffer in that case (the GPU took the large operations)."""
+    host_experts_compute_bytes: Bytes | None = None
+    """The host compute buffer when the host keeps only the experts of GPU-resident blocks (no
+    block, the output layer offloaded): it computes only their products. ``None``: the host's
+    partial-offload figure."""
     flash_attn_fallback: FlashAttnFallback | None = None
     """Layer splits for which llama.cpp turns flash attention ``auto`` off (recurrent hybrids)."""
     block_kinds: tuple[NonNegInt, ...] | None = None

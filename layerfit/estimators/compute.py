@@ -63,6 +63,13 @@ PIPELINE_EXTRA_STATES = 1
 FIRST_DEVICE_STATES = 9
 """The first device of such a pipeline (it receives the token embeddings)."""
 HOST_STATES = 4
+HOST_EXPERT_STATES = 2
+"""Hidden states beside the experts' activations on a CPU host that keeps only experts: qwen3moe and
+deepseek2 18.02 MiB at 2048 cells (``M`` 12.03 + 2E 4 + m 2), 20.02 at 4096, 36.04 at ``-ub 1024``;
+gpt-oss 30.78 (``M`` 24.03, both masks 2.75); 24.02 at 16384 cells, under the rule (32.03)."""
+HOST_EXPERT_STATES_NO_FLASH = 5
+"""The same without flash attention (F32 masks): qwen3moe holds 21.02 MiB beside the mask at 2048
+and 3072 cells but 9.02 at 4096-16384, gpt-oss 30.02, deepseek2 16.02: 5E bounds them all."""
 HOST_PIPELINE_STATES = 10
 CPU_ONLY_OUTPUT_STATES = 5
 """A CPU-only run computing the logits."""
@@ -99,6 +106,7 @@ class Activations(NamedTuple):
     """A BERT-style encoder: its own rules (``encoder_buffers``)."""
     per_layer: int = 0
     """``P``: gemma3n's per-layer inputs of every block for the micro-batch, 0 for other models."""
+    flash_attn: bool = True
 
 
 class Encoder(NamedTuple):
@@ -123,6 +131,9 @@ class ComputeEstimate(NamedTuple):
     op_offload: int
     """``-ngl 0`` in a GPU build: the first GPU's buffer besides the output weights it copies."""
     op_offload_host: int
+    host_experts: int = 0
+    """The host's buffer when it keeps only experts of GPU-resident blocks (no block, the output layer
+    offloaded); 0: not modelled (the partial-offload figure applies)."""
     scan: int = 0
     """``R``, part of ``device.multi_device_bytes`` (the memory model keeps it only where a device
     boundary falls between two recurrent blocks, ``MemoryProfile.scan_crossings``)."""
@@ -155,6 +166,7 @@ def activations(
         recurrent=_recurrent_scan(shape, ub, cache.n_seq),
         encoder=_encoder(shape, ub) if not shape.causal else None,
         per_layer=shape.per_layer_input_width * ub * F32,
+        flash_attn=flash_attn,
     )
 
 
@@ -262,8 +274,20 @@ def compute_buffers(act: Activations, backend: Backend) -> ComputeEstimate:
         host_output=max(cpu_only - host_partial, 0),
         op_offload=act.logits + OUTPUT_STATES * e if gpu else 0,
         op_offload_host=HOST_STATES * e + m if gpu else 0,
+        host_experts=_host_experts(act) if not gpu else 0,
         scan=act.recurrent,
     )
+
+
+def _host_experts(act: Activations) -> int:
+    """A CPU host that keeps only the experts of GPU-resident blocks computes only their products,
+    the attention (and its scores) staying on the devices: ``M + 2E + m`` with flash attention,
+    ``M + 5E + m`` (F32 masks) without, an upper bound over the allocator's peaks (``cpu-moe.csv``,
+    ``cpu-flags.csv``). Recurrent MoE models (jamba, not measured so) keep the partial figure (0)."""
+    if not act.moe or act.recurrent:
+        return 0
+    states = HOST_EXPERT_STATES if act.flash_attn else HOST_EXPERT_STATES_NO_FLASH
+    return act.moe + states * act.embd + act.mask
 
 
 def encoder_buffers(act: Activations, encoder: Encoder) -> ComputeEstimate:

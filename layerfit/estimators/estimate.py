@@ -279,6 +279,7 @@ def estimate_profile(
             host_output_compute_bytes=compute.host_output,
             op_offload_compute_bytes=compute.op_offload + shape.output_layer_bytes if compute.op_offload else 0,
             op_offload_host_compute_bytes=compute.op_offload_host,
+            host_experts_compute_bytes=compute.host_experts or None,
             flash_attn_fallback=fallback,
             block_kinds=block_kinds,
             kinds_compute=by_kinds,

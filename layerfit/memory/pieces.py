@@ -145,16 +145,21 @@ def main_host_overhead(
 ) -> MainHostOverhead:
     """Fixed cost (with the main-GPU extras when there is no main GPU), token embedding, the output
     layer kept on the host, and the host compute buffer (the logits too when the output stays).
-    ``host_blocks`` as in ``device_compute_bytes``. The host's buffer does not follow the kinds of
-    the blocks it keeps (measured: a host without attention blocks still holds the masks)."""
+    ``host_blocks`` as in ``device_compute_bytes``; with none and the output offloaded, a partial
+    layout keeps only experts there (``host_experts_compute_bytes``). The host's buffer does not follow
+    the kinds of the blocks it keeps (measured: a host without attention blocks still holds the masks)."""
     kept_output = not output_offloaded
     fallback = profile.flash_attn_fallback
     fallback_bytes = fallback.host_extra_bytes if partial and fallback and fallback.applies(host_blocks) else 0
+    experts_only = partial and host_blocks == 0 and not kept_output  # only GPU blocks' experts on the host
+    host_buffer = profile.host_compute.bytes_for(partial, multi_device)
+    if experts_only and profile.host_experts_compute_bytes is not None:
+        host_buffer = profile.host_experts_compute_bytes
     return MainHostOverhead(
         fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
         embedding_bytes=profile.token_embedding_bytes,
         output_bytes=profile.host_output_bytes if kept_output else 0,
-        compute_bytes=profile.host_compute.bytes_for(partial, multi_device)
+        compute_bytes=host_buffer
         + (profile.host_output_compute_bytes if kept_output else 0)
         + fallback_bytes,
     )
