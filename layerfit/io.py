@@ -108,13 +108,81 @@ _NO_KEY = object()
 """No mapping key read yet (and: no scalar in the cache)."""
 
 
+MAX_ALIASED_NODES = 100_000
+"""Most nodes that aliases (``*name``) may add to a document when expanded: a few reused GPU or
+profile entries add hundreds, while nine nested aliases of ten make a billion ("billion laughs")."""
+
+
+class AliasExpansionError(yaml.YAMLError):
+    """A document whose aliases expand beyond ``MAX_ALIASED_NODES`` nodes, or refer to themselves."""
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Count the nodes ``root`` expands to, a shared (aliased) node once per reference, without
+    expanding anything: each distinct node's size is computed once, in post-order."""
+    written = len(_distinct_nodes(root))
+    size: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            size[key] = 1 + sum(size[id(child)] for child in _children(node))
+            if size[key] > written + MAX_ALIASED_NODES:
+                raise AliasExpansionError(
+                    f"its aliases expand it to more than {MAX_ALIASED_NODES} nodes beyond the {written} written "
+                    f"(line {node.start_mark.line + 1}); write the repeated entries out or reuse fewer"
+                )
+        elif key in open_nodes:
+            raise AliasExpansionError(f"an alias refers to a node that contains it (line {node.start_mark.line + 1})")
+        elif key not in size:
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node))
+
+
+def _distinct_nodes(root: yaml.Node) -> set[int]:
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(_children(node))
+    return seen
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [item for pair in node.value for item in pair]
+    return []
+
+
+def _load_checked(text: str) -> Any:
+    """``yaml.load`` with the safe loader, after checking what its aliases expand to."""
+    loader = yaml_loader()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_aliases(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_yaml(text: str) -> Any:
-    """A YAML document as ``yaml.load`` with the safe loader reads it, in time linear in its size."""
+    """A YAML document as ``yaml.load`` with the safe loader reads it, in time linear in its size;
+    ``AliasExpansionError`` when its aliases would expand it beyond ``MAX_ALIASED_NODES`` nodes."""
     try:
         return _load_events(text)
     except (_Unusual, TypeError):  # TypeError: an unhashable key, which yaml.load reports itself
         pass
-    return yaml.load(text, Loader=yaml_loader())
+    return _load_checked(text)
 
 
 def read_document(path: str | Path) -> Any:
@@ -134,6 +202,8 @@ def read_document(path: str | Path) -> Any:
         raise InputError(str(path), f"not UTF-8 text: byte {exc.start} is 0x{raw[exc.start]:02x}") from None
     try:
         document = json.loads(text) if kind == "JSON" else parse_yaml(text)
+    except AliasExpansionError as exc:
+        raise InputError(str(path), f"refused: {exc}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise InputError(str(path), f"not valid {kind}: {' '.join(str(exc).split())}") from None
     except RecursionError:

@@ -104,3 +104,34 @@ def test_files_above_the_size_limit_are_refused(tmp_path: Path, monkeypatch: pyt
     path.write_text("workers: []\n" + "#" * 100, encoding="utf-8")
     with pytest.raises(InputError, match=r"cluster.yaml: 112 bytes: input files are limited to 100 bytes"):
         load_file(Cluster, path)
+
+
+def laughs(levels: int, fan_out: int = 10) -> str:
+    """The "billion laughs" document: each anchor a list of ``fan_out`` aliases of the one before."""
+    lines = ["l0: &l0 [" + ", ".join(["lol"] * fan_out) + "]"]
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * fan_out) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_aliases_that_expand_beyond_the_limit_are_refused_without_expanding(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(laughs(9) + "workers: *l9\n", encoding="utf-8")  # 10^10 nodes when expanded
+    with pytest.raises(InputError, match=r"cluster.yaml: refused: its aliases expand it to more than 100000 nodes"):
+        load_file(Cluster, path)
+
+
+def test_aliases_up_to_the_limit_read_as_pyyaml_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = laughs(2)  # 17 nodes written (the root, 3 keys, 11 + 1 + 1 lists and items), 1,237 expanded
+    assert parse_yaml(text) == pyyaml(text)
+    monkeypatch.setattr(io, "MAX_ALIASED_NODES", 1237 - 17)
+    assert parse_yaml(text) == pyyaml(text)
+    monkeypatch.setattr(io, "MAX_ALIASED_NODES", 1237 - 17 - 1)
+    with pytest.raises(io.AliasExpansionError):
+        parse_yaml(text)
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("workers: &w [*w]\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"cluster.yaml: refused: an alias refers to a node that contains it"):
+        load_file(Cluster, path)
