@@ -19,6 +19,7 @@ from layerfit.errors import InputError
 from layerfit.estimators import estimate_profile, read_gguf
 from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
 from layerfit.gpustack import deployment_from_gpustack
+from layerfit.io import load_model
 
 CLUSTER = str(Path(__file__).parent.parent / "examples" / "cluster.yaml")
 
@@ -77,7 +78,7 @@ def test_closest_flag() -> None:
         (["-ts nan,1"], "-ts: shares must be finite"),
         (["-ts inf"], "-ts: shares must be finite"),
         (["-ts 1e400,1"], "-ts: shares must be finite"),
-        (["-ts -1,2"], "-ts: shares must be finite and >= 0"),
+        (["-ts -1,2"], "-ts: shares must be finite, >= 0"),
         (["-np 0"], "-np: must be at least 1"),
         (["-ub 0"], "-ub: must be between 1"),
         (["-c -1"], "-c: must be between 0"),
@@ -87,11 +88,48 @@ def test_closest_flag() -> None:
         (["8192"], "8192: a value without a flag"),
         (["--threads"], "--threads: missing value"),
         (["--jinja=1"], "--jinja: takes no value"),
+        # as llama.cpp b11434 refuses them (measured with llama-completion)
+        (["-np 257"], "-np: llama.cpp runs at most 256 sequences, got 257"),
+        (["-ts", ",".join(["1"] * 16)], "-ts: 16 shares; llama.cpp takes at most 15"),
+        (["-ts 3.5e38,1"], "-ts: shares must be finite, >= 0 and at most 3.402823e"),
+        (["-ts 3e38,3e38"], "-ts: the shares add up to 6e"),
+        (["-c", "\u0663"], "-c: expected an integer, got '\u0663'"),  # int() reads an Arabic-Indic 3
+        (["-c 1_0"], "-c: expected an integer, got '1_0'"),
+        (["-ub ' '"], "-ub: expected an integer"),
     ],
 )
 def test_refused_flags_name_the_flag(args: list[str], message: str) -> None:
     with pytest.raises(InputError, match=message):
         LlamaParams.from_args(args)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"n_gpu_layers": 10**30}, "n_gpu_layers: Input should be less than or equal to 2147483647"),
+        ({"ctx_size": 2**31}, "ctx_size: Input should be less than or equal to 2147483647"),
+        ({"batch_size": 10**30}, "batch_size: Input should be less than or equal to 2147483647"),
+        ({"ubatch_size": 2**31}, "ubatch_size: Input should be less than or equal to 2147483647"),
+        ({"parallel": 257}, "parallel: Input should be less than or equal to 256"),
+        ({"tensor_split": (1e308, 1e308)}, "tensor_split: shares must be finite, >= 0 and at most"),
+        ({"tensor_split": (1.0,) * 16}, "tensor_split: 16 shares"),
+        ({"extra": ("--rpc", "10.0.0.1:50052")}, "--rpc: cannot be set by the user"),
+        ({"extra": ("-c", "4096")}, "-c: sets ctx_size: give it as that parameter, not in extra"),
+        ({"extra": ("--port",)}, "--port: missing value"),
+        ({"extra": ("8080",)}, "8080: a value without a flag"),
+        ({"extra": ("--ctx-szie", "1")}, "--ctx-szie: not an option of llama-server"),
+    ],
+)
+def test_parameters_given_as_fields_are_checked_as_their_flags_are(fields: dict[str, object], message: str) -> None:
+    """``params:`` in a deployment file: the same limits as the flags, and ``extra`` read as flags."""
+    with pytest.raises(InputError, match=f"deployment.yaml: {message}"):
+        load_model(LlamaParams, fields, "deployment.yaml")
+
+
+def test_extra_keeps_values_with_spaces() -> None:
+    params = LlamaParams(extra=("--alias", "my model", "-t", "4"))
+    assert params.to_args()[-4:] == ("--alias", "my model", "-t", "4")
+    assert LlamaParams.from_args(["--alias 'my model'"]).extra == ("--alias", "my model")
 
 
 def test_values_as_llama_cpp_reads_them() -> None:

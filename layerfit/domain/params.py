@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Self, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
-from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.domain.base import Frozen
 from layerfit.domain.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
 from layerfit.errors import InputError
 
@@ -31,8 +31,18 @@ EXPERT_FLAGS = "expert_flags"
 """The note of the modelled tensor-override flags (-ot, -cmoe, -ncmoe): they stay in ``extra``, in
 command-line order, and ``layerfit.domain.expert_flags`` reads them from there."""
 
-ALL_LAYERS = 2**31 - 1
+INT_MAX = 2**31 - 1
+"""Largest value of llama.cpp's integer options (``std::stoi``: a 32-bit ``int``)."""
+ALL_LAYERS = INT_MAX
 """``-ngl all``: every layer on GPUs (any count above the model's layers means the same)."""
+MAX_SEQUENCES = 256
+"""Most ``-np`` sequences llama.cpp accepts (``LLAMA_MAX_SEQ``: "n_seq_max must be <= 256")."""
+MAX_SPLIT_SHARES = 15
+"""Most ``-ts`` shares llama.cpp accepts: it refuses as many as its 16 devices ("got 16 input
+configs, but system only has 16 devices")."""
+FLOAT_MAX = 3.4028234663852886e38
+"""Largest ``-ts`` share (and sum of shares) llama.cpp reads: a 32-bit float (``std::stof``)."""
+_DIGITS = frozenset("0123456789")
 
 LoadMode = Literal["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"]
 _UNMAPPED_LOAD_MODES = ("none", "mlock", "dio")
@@ -44,18 +54,18 @@ _AUTOY = ("auto", "-1")
 class LlamaParams(Frozen):
     """The llama.cpp options that change memory or placement. ``None`` means llama.cpp's default."""
 
-    ctx_size: NonNegInt | None = None
+    ctx_size: Annotated[int, Field(ge=0, le=INT_MAX)] | None = None
     """``-c``; ``None`` is GPUStack's default (8192), 0 is the model's training context (as in llama.cpp)."""
-    n_gpu_layers: int | None = Field(default=None, ge=0)
+    n_gpu_layers: Annotated[int, Field(ge=0, le=ALL_LAYERS)] | None = None
     tensor_split: tuple[float, ...] | None = None
-    parallel: PosInt | None = None
+    parallel: Annotated[int, Field(ge=1, le=MAX_SEQUENCES)] | None = None
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: FlashAttn = "auto"
     load_mode: LoadMode | None = None
     """``-lm``; ``None`` is llama.cpp's ``auto`` (memory-mapped where the devices allow it)."""
-    batch_size: PosInt | None = None
-    ubatch_size: PosInt | None = None
+    batch_size: Annotated[int, Field(ge=1, le=INT_MAX)] | None = None
+    ubatch_size: Annotated[int, Field(ge=1, le=INT_MAX)] | None = None
     swa_full: bool = False
     """``--swa-full``: sliding-window layers cache the whole context, as full-attention layers do."""
     mmproj: str | None = None
@@ -82,6 +92,7 @@ class LlamaParams(Frozen):
             _check_cache_type(name, getattr(self, name))
         if self.tensor_split is not None:
             _check_shares("tensor_split", self.tensor_split)
+        _check_passed_through(self.extra)
         return self
 
     @property
@@ -150,11 +161,25 @@ def _check_cache_type(flag: str, value: str) -> None:
 def _check_shares(flag: str, shares: tuple[float, ...]) -> None:
     if not shares:
         raise InputError(flag, "empty")
-    bad = [share for share in shares if not math.isfinite(share) or share < 0]
+    if len(shares) > MAX_SPLIT_SHARES:
+        raise InputError(flag, f"{len(shares)} shares; llama.cpp takes at most {MAX_SPLIT_SHARES} (one per device)")
+    bad = [share for share in shares if not math.isfinite(share) or share < 0 or share > FLOAT_MAX]
     if bad:
-        raise InputError(flag, f"shares must be finite and >= 0, got {bad[0]} in {shares}")
+        raise InputError(flag, f"shares must be finite, >= 0 and at most {FLOAT_MAX:.7g}, got {bad[0]} in {shares}")
     if sum(shares) <= 0:
         raise InputError(flag, "all shares are zero")
+    if sum(shares) > FLOAT_MAX:
+        raise InputError(flag, f"the shares add up to {sum(shares):.7g}, beyond llama.cpp's 32-bit floats")
+
+
+def _check_passed_through(extra: tuple[str, ...]) -> None:
+    """``extra`` holds only flags passed through to llama-server (and the tensor overrides), each
+    with its values, as ``from_args`` leaves them: it is read as llama-server arguments, so that a
+    refused flag, a modelled one (which belongs in its field) or a missing value is refused too."""
+    fields, flags = _parse_tokens(list(extra))
+    modelled = next((field for field in fields if field != "extra"), None)
+    if modelled is not None:
+        raise InputError(flags[modelled], f"sets {modelled}: give it as that parameter, not in extra")
 
 
 def _split_items(args: Sequence[str]) -> list[str]:
@@ -176,12 +201,12 @@ def _split_items(args: Sequence[str]) -> list[str]:
 def _int_value(flag: str, text: str, lowest: int) -> int:
     if len(text) > 20:
         raise InputError(flag, f"expected an integer, got {text[:20]!r}...")
-    try:
-        value = int(text)
-    except ValueError:
-        raise InputError(flag, f"expected an integer, got {text!r}") from None
-    if not lowest <= value <= 2**31 - 1:
-        raise InputError(flag, f"must be between {lowest} and {2**31 - 1}, got {value}")
+    digits = text.strip().removeprefix("-").removeprefix("+")
+    if not digits or not _DIGITS.issuperset(digits):  # int() also reads '٣' or '1_0', llama.cpp does not
+        raise InputError(flag, f"expected an integer, got {text!r}")
+    value = int(text)
+    if not lowest <= value <= INT_MAX:
+        raise InputError(flag, f"must be between {lowest} and {INT_MAX}, got {value}")
     return value
 
 
@@ -197,6 +222,8 @@ def _parallel_value(flag: str, text: str) -> int | None:
     value = _int_value(flag, text, -1)
     if value == 0:
         raise InputError(flag, "must be at least 1 (or -1 for automatic), got 0")
+    if value > MAX_SEQUENCES:
+        raise InputError(flag, f"llama.cpp runs at most {MAX_SEQUENCES} sequences, got {value}")
     return None if value == -1 else value
 
 
@@ -280,7 +307,11 @@ def _take_values(flag: Flag, name: str, attached: str | None, tokens: list[str],
 
 def _parse_args(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The ``LlamaParams`` fields these arguments set, and the flag that set each field."""
-    tokens = _split_items(args)
+    return _parse_tokens(_split_items(args))
+
+
+def _parse_tokens(tokens: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``_parse_args`` of arguments already split into tokens."""
     fields: dict[str, Any] = {}
     flags: dict[str, str] = {}
     extra: list[str] = []
