@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from layerfit.check import check_layout, unified_workers
+from layerfit.check import check_layout, reference_reasons, unified_workers
 from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
@@ -79,9 +79,13 @@ def evaluate(
     config: PlannerConfig = PlannerConfig(),
     profile: MemoryProfile | None = None,
 ) -> Plan:
-    """A plan for a layout chosen elsewhere: its claims, every violation, and the command lines."""
+    """A plan for a layout chosen elsewhere: its claims, every violation, and the command lines.
+    A layout that names a worker or GPU the cluster lacks is bad input (``InputError``)."""
     started = time.perf_counter()
     check_deployment_flags(deployment, config)
+    unknown = reference_reasons(cluster, layout)
+    if unknown:
+        raise InputError("layout", "; ".join(reason.message for reason in unknown))
     profile = profile if profile is not None else resolve_profile(deployment)
     if layout.n_blocks != profile.n_blocks:
         raise InputError("layout.n_blocks", f"layout has {layout.n_blocks} blocks, the model has {profile.n_blocks}")
@@ -100,9 +104,7 @@ def evaluate(
         reasons=reasons,
         messages=tuple(reason.message for reason in reasons),
         stats=(stats,),
-        commands=()
-        if reasons
-        else deployment_commands(cluster, layout, deployment, profile, config),
+        commands=() if reasons else deployment_commands(cluster, layout, deployment, profile, config),
         **use_of(cluster, layout, candidate.claims),
     )
 

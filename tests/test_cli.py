@@ -184,6 +184,7 @@ def test_a_run_of_a_billion_blocks_is_refused_without_allocating(
         (["replan", str(EXAMPLES / "fleet.yaml"), "--time-limit", "nan"], "--time-limit: must be"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--plot", "/no/such/dir/p.png"], "--plot: folder"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--gpus", "ghost:cuda:0"], "--gpus: gpu_selection"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "--gpus", ""], "malformed GPU id ''"),  # was ignored
     ],
 )
 def test_bad_flags_exit_two_on_one_line(
@@ -203,6 +204,43 @@ def test_unknown_gpu_in_a_deployment_file_names_file_and_field(
     path.write_text(text)
     code, _, err = run(capsys, "plan", "--cluster", CLUSTER, "--deployment", str(path))
     assert code == EXIT_BAD_INPUT and f"{path}: gpu_selection[0]: no worker named 'ghost'" in err, err
+
+
+def test_a_layout_naming_missing_gpus_exits_two_naming_them(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = (EXAMPLES / "layout.yaml").read_text()
+    path = tmp_path / "layout.yaml"
+    path.write_text(
+        text.replace("{worker: gpu-b, gpu_index: 0", "{worker: ghost, gpu_index: 0").replace(
+            "{worker: gpu-a, gpu_index: 1", "{worker: gpu-a, gpu_index: 7"
+        )
+    )
+    deployment = str(EXAMPLES / "deployment.yaml")
+    code, out, err = run(capsys, "plan", "--cluster", CLUSTER, "--deployment", deployment, "--layout", str(path))
+    assert code == EXIT_BAD_INPUT and not out and "Traceback" not in err, err
+    assert "layout: worker 'ghost' is not in the cluster; worker 'gpu-a' has no GPU 7" in err, err
+
+
+@pytest.mark.parametrize(
+    ("replicas", "copies", "message"),
+    [
+        (10**6, 1, "deployments.1.replicas: Input should be less than or equal to 1024"),
+        (1024, 9, "fleet.deployments: 9220 replicas in all; at most 8192 are planned"),
+    ],
+)
+def test_replica_counts_are_bounded(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, replicas: int, copies: int, message: str
+) -> None:
+    """A million replicas took 26 s and 1 GB past a 3 s limit; the file is refused instead."""
+    import yaml
+
+    fleet = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text())
+    qwen = fleet["deployments"][1]
+    fleet["deployments"][1] = {**qwen, "replicas": replicas}
+    fleet["deployments"] += [{**qwen, "name": f"copy{i}", "replicas": replicas} for i in range(1, copies)]
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    code, _, err = run(capsys, "replan", str(path), "--time-limit", "1")
+    assert code == EXIT_BAD_INPUT and message in err, err
 
 
 def test_ctx_zero_is_the_training_context(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

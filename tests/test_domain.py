@@ -225,6 +225,16 @@ BAD_INPUT = [
     ("all-zero split", lambda: LlamaParams.from_args(["-ts 0,0"]), "all shares are zero"),
     ("profile lengths differ", lambda: MemoryProfile(block_weight_bytes=(1, 2), block_kv_bytes=(1,)), "block_kv_bytes"),
     ("no model source", lambda: Deployment(name="m"), "exactly one of gguf_path or profile"),
+    (
+        "huge ctx_max",
+        lambda: Deployment(name="m", gguf_path="m.gguf", ctx_max=2**31),
+        "ctx_max\n  Input should be less",
+    ),
+    (
+        "huge ctx_min",
+        lambda: Deployment(name="m", gguf_path="m.gguf", ctx_min=10**30),
+        "ctx_min\n  Input should be less",
+    ),
 ]
 
 

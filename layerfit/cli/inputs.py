@@ -47,7 +47,7 @@ def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]
         "distributed_inference_across_workers": args.distributed,
         "kind": ModelKind(args.kind),
     }
-    if args.gpus:
+    if args.gpus is not None:
         data["gpu_selection"] = args.gpus.split(",")
     return load_model(Deployment, data, "command line")
 
@@ -111,4 +111,3 @@ def progress_display(args: argparse.Namespace, title: str) -> Iterator[bool]:
         return
     with LiveReporter(title=title) as live, reporting(live):
         yield True
-

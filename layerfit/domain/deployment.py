@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.domain.choices import ModelKind as ModelKind
 from layerfit.domain.cluster import GpuRef
 from layerfit.domain.flags import kind_contradiction
-from layerfit.domain.params import LlamaParams
+from layerfit.domain.params import INT_MAX, LlamaParams
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
+
+MAX_REPLICAS = 1024
+"""Most replicas of one deployment: the fleet planner's work grows with each one (a million took
+26 s past a 3 s limit and 1 GB), and no scheduler runs more of one model."""
 
 
 class Deployment(Frozen):
@@ -31,15 +35,15 @@ class Deployment(Frozen):
     gpu_selection: tuple[GpuRef, ...] | None = None
     """Manual GPU selection (GPUStack ``gpu_selector.gpu_ids``)."""
     kind: ModelKind = ModelKind.LLM
-    replicas: PosInt = 1
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
     priority: NonNegInt = 0
     """Higher is more important (fleet planning)."""
     ctx_auto: bool = False
     """The context is a decision (``layerfit.context``): the training context, shrunk to fit down
     to 4096, as llama.cpp does when no ``-c`` is given."""
-    ctx_min: PosInt | None = None
+    ctx_min: Annotated[int, Field(ge=1, le=INT_MAX)] | None = None
     """With ``ctx_max``: the context is a decision, any multiple of 256 in the range will do."""
-    ctx_max: PosInt | None = None
+    ctx_max: Annotated[int, Field(ge=1, le=INT_MAX)] | None = None
     """Default with ``ctx_min`` alone: the model's training context."""
 
     @model_validator(mode="before")

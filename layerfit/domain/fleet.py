@@ -26,6 +26,11 @@ class Placement(Frozen):
     pinned: bool = False
 
 
+MAX_FLEET_REPLICAS = 8192
+"""Most replicas of all deployments of a fleet together (8 x 1,024 replicas re-plan within the time
+limit; the work grows with each replica)."""
+
+
 class Fleet(Frozen):
     """A whole fleet: the cluster, the deployments and where their replicas run now.
 
@@ -39,6 +44,9 @@ class Fleet(Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        total = sum(deployment.replicas for deployment in self.deployments)
+        if total > MAX_FLEET_REPLICAS:
+            raise InputError("fleet.deployments", f"{total} replicas in all; at most {MAX_FLEET_REPLICAS} are planned")
         names: set[str] = set()
         for deployment in self.deployments:
             if deployment.name in names:
