@@ -101,6 +101,78 @@ def test_bad_claims_name_the_field() -> None:
         cluster_from_gpustack([{"name": "x", "status": {}}])
 
 
+def _with(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    """A deep copy of ``value`` with the item at ``path`` replaced."""
+    copy = json.loads(json.dumps(value))
+    target = copy
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = new
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("workers", "instances", "message"),
+    [
+        (-1, [], "workers: expected a list, got int -1"),
+        (WORKERS, True, "model_instances: expected a list, got bool True"),
+        (
+            _with(WORKERS, (1, "status", "gpu_devices"), 1.5),
+            [],
+            r"worker\[gpustack-b\]\.status\.gpu_devices: expected a list",
+        ),
+        (_with(WORKERS, (0, "labels"), [None]), [], r"worker\[gpustack-a\]\.labels: expected a mapping, got list"),
+        (
+            _with(WORKERS, (1, "system_reserved", "ram"), float("inf")),
+            [],
+            r"system_reserved\.ram: expected an integer, got inf",
+        ),
+        (
+            _with(WORKERS, (0, "status", "gpu_devices", 0, "memory", "total"), 1.5),
+            [],
+            r"memory\.total: expected an integer, got 1\.5",
+        ),
+        (
+            _with(WORKERS, (0, "status", "gpu_devices", 0, "index"), True),
+            [],
+            r"gpu_devices\[0\]\.index: expected an integer, got True",
+        ),
+        (WORKERS, _with(INSTANCES, (0, "computed_resource_claim", "vram"), 7), r"vram: expected a mapping, got int 7"),
+        (
+            WORKERS,
+            _with(INSTANCES, (1, "computed_resource_claim", "vram", "0"), float("nan")),
+            r"vram\['0'\]: expected an integer, got nan",
+        ),
+        (
+            WORKERS,
+            _with(INSTANCES, (1, "distributed_servers", "subordinate_workers"), "x"),
+            r"model_instances\[1\]\.distributed_servers: expected a list",
+        ),
+    ],
+)
+def test_mistyped_gpustack_fields_are_refused_naming_them(workers: Any, instances: Any, message: str) -> None:
+    """Every kind of wrong value the GPUStack fuzzing found raised TypeError or OverflowError."""
+    with pytest.raises(InputError, match=message):
+        cluster_from_gpustack(workers, instances)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"categories": -1}, "categories: expected a list, got int -1"),
+        ({"gpu_selector": {"gpu_ids": 5}}, r"gpu_selector\.gpu_ids: expected a list, got int 5"),
+        (
+            {"gpu_selector": {"gpu_ids": ["gpustack-a:cuda:0"], "gpus_per_replica": "two"}},
+            "gpus_per_replica: expected an",
+        ),
+        ({"replicas": "many"}, "replicas: expected an integer, got 'many'"),
+    ],
+)
+def test_mistyped_gpustack_model_fields_are_refused_naming_them(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        deployment_from_gpustack({**MODEL, **change}, profile=MemoryProfile.uniform(4, GiB, 0))
+
+
 def test_model_to_deployment_and_config() -> None:
     profile = MemoryProfile.uniform(4, GiB, 0)
     deployment = deployment_from_gpustack(as_objects(MODEL), profile=profile)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from layerfit.errors import InputError
@@ -37,38 +38,56 @@ def field(obj: Any, path: str, default: Any = _MISSING) -> Any:
     return current
 
 
-def items(obj: Any) -> list[tuple[Any, Any]]:
+def items(obj: Any, where: str) -> list[tuple[Any, Any]]:
     """Key/value pairs of a mapping or of an attribute object (labels, per-GPU claims)."""
     if obj is None:
         return []
     if isinstance(obj, Mapping):
         return list(obj.items())
+    if isinstance(obj, str | bytes | int | float | Sequence) or not hasattr(obj, "__dict__"):
+        raise InputError(where, f"expected a mapping, got {type(obj).__name__} {_shown(obj)}")
     return list(vars(obj).items())
+
+
+def as_list(obj: Any, where: str) -> list[Any]:
+    """A GPUStack list (workers, GPU devices, categories, ...); ``None`` is an empty one."""
+    if obj is None:
+        return []
+    if isinstance(obj, str | bytes | Mapping) or not isinstance(obj, Sequence):
+        raise InputError(where, f"expected a list, got {type(obj).__name__} {_shown(obj)}")
+    return list(obj)
+
+
+def listed(obj: Any, path: str, where: str) -> list[Any]:
+    """``as_list`` of the field at ``path`` (absent: empty)."""
+    return as_list(field(obj, path, None), where)
 
 
 def int_map(obj: Any, where: str) -> dict[int, int]:
     """A GPUStack ``{gpu_index: bytes}`` map; JSON gives its keys as strings."""
     result: dict[int, int] = {}
-    for key, value in items(obj):
-        try:
-            index, size = int(key), int(value)
-        except (TypeError, ValueError):
-            raise InputError(where, f"expected {{gpu_index: bytes}}, got {key!r}: {value!r}") from None
-        if index < 0 or size < 0:
-            raise InputError(where, f"negative GPU index or size: {key!r}: {value!r}")
-        result[index] = result.get(index, 0) + size
+    for key, value in items(obj, where):
+        index = non_negative(key, f"{where} key {key!r}")
+        result[index] = result.get(index, 0) + non_negative(value, f"{where}[{key!r}]")
     return result
 
 
 def non_negative(value: Any, where: str) -> int:
-    """An integer size or count; ``InputError`` naming the field when it is not one or negative."""
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise InputError(where, f"expected an integer, got {value!r}") from None
+    """An integer size or count (an int, a whole finite float, or decimal digits); ``InputError``
+    naming the field when it is anything else (a boolean, 1.5, inf, NaN) or negative."""
+    whole_float = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    digits = isinstance(value, str) and value.strip().isascii() and value.strip().lstrip("-").isdigit()
+    if not (isinstance(value, int) and not isinstance(value, bool)) and not whole_float and not digits:
+        raise InputError(where, f"expected an integer, got {_shown(value)}")
+    number = int(value)
     if number < 0:
         raise InputError(where, f"must be >= 0, got {number}")
     return number
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:60]}..."
 
 
 def gpu_id(worker_name: str, gpu_type: str, index: int) -> str:

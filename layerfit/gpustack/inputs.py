@@ -24,7 +24,7 @@ from layerfit.domain.config import PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
-from layerfit.gpustack.fields import UNIFIED_MEMORY_GPU_TYPES, field, items, non_negative
+from layerfit.gpustack.fields import UNIFIED_MEMORY_GPU_TYPES, as_list, field, items, listed, non_negative
 from layerfit.gpustack.resources import Allocation, allocatable, allocated_by_instances, allocated_by_view
 from layerfit.io import load_model
 
@@ -38,7 +38,8 @@ def is_unified(worker: Any) -> bool:
     """One memory pool for CPU and GPU: GPUStack's flag, or an Apple (``mps``) GPU."""
     if field(worker, "status.memory.is_unified_memory", False):
         return True
-    return any(gpu_type(gpu) in UNIFIED_MEMORY_GPU_TYPES for gpu in field(worker, "status.gpu_devices", []) or [])
+    devices = listed(worker, "status.gpu_devices", f"worker[{field(worker, 'name', '?')}].status.gpu_devices")
+    return any(gpu_type(gpu) in UNIFIED_MEMORY_GPU_TYPES for gpu in devices)
 
 
 def _with_unified_flag(worker: Any) -> Any:
@@ -47,7 +48,7 @@ def _with_unified_flag(worker: Any) -> Any:
         return worker
     status = field(worker, "status")
     memory = {"total": field(status, "memory.total"), "is_unified_memory": True}
-    devices = field(status, "gpu_devices", []) or []
+    devices = listed(status, "gpu_devices", f"worker[{field(worker, 'name', '?')}].status.gpu_devices")
     return {
         "name": field(worker, "name", "?"),
         "system_reserved": field(worker, "system_reserved", None),
@@ -70,7 +71,7 @@ def worker_from_gpustack(worker: Any, allocation: Allocation) -> Worker:
     name = str(field(worker, "name"))
     total_ram = non_negative(field(worker, "status.memory.total"), f"worker[{name}].status.memory.total")
     gpus = []
-    for position, device in enumerate(field(worker, "status.gpu_devices", []) or []):
+    for position, device in enumerate(listed(worker, "status.gpu_devices", f"worker[{name}].status.gpu_devices")):
         index = non_negative(field(device, "index", position), f"worker[{name}].status.gpu_devices[{position}].index")
         total = non_negative(field(device, "memory.total", 0), f"worker[{name}].status.gpu_devices[{position}].memory")
         gpus.append(
@@ -86,7 +87,7 @@ def worker_from_gpustack(worker: Any, allocation: Allocation) -> Worker:
         "id": field(worker, "id", name),
         "name": name,
         "address": str(field(worker, "ip", "")),
-        "labels": {str(k): str(v) for k, v in items(field(worker, "labels", None))},
+        "labels": {str(k): str(v) for k, v in items(field(worker, "labels", None), f"worker[{name}].labels")},
         "unified_memory": is_unified(worker),
         "total_ram_bytes": total_ram,
         "allocatable_ram_bytes": min(allocation.ram, total_ram),
@@ -99,7 +100,10 @@ def cluster_from_gpustack(
     workers: Sequence[Any], model_instances: Sequence[Any] = (), resource_view: Any | None = None
 ) -> Cluster:
     """GPUStack's workers as a layerfit ``Cluster``, less what the running instances hold."""
-    converted = [worker_from_gpustack(w, worker_allocation(w, model_instances, resource_view)) for w in workers]
+    instances = as_list(model_instances, "model_instances")
+    converted = [
+        worker_from_gpustack(w, worker_allocation(w, instances, resource_view)) for w in as_list(workers, "workers")
+    ]
     return load_model(Cluster, {"workers": converted}, "GPUStack workers")
 
 
@@ -119,12 +123,14 @@ def _free_vram(cluster: Cluster | None, ref: GpuRef) -> int:
 def selected_gpus(model: Any, cluster: Cluster | None = None) -> list[str] | None:
     """The GPUs one replica uses: every selected GPU, or with ``gpus_per_replica`` (fewer GPUs per
     replica than selected) that many of them with the most allocatable VRAM, ties in GPU-id order."""
-    gpu_ids = field(model, "gpu_selector.gpu_ids", None)
+    gpu_ids = listed(model, "gpu_selector.gpu_ids", "gpu_selector.gpu_ids")
     if not gpu_ids:
         return None
     ids = sorted(str(gpu) for gpu in gpu_ids)
     per_replica = field(model, "gpu_selector.gpus_per_replica", None)
-    if per_replica is None or int(per_replica) <= 0 or int(per_replica) >= len(ids):
+    if per_replica is not None:
+        per_replica = non_negative(per_replica, "gpu_selector.gpus_per_replica")
+    if per_replica is None or per_replica <= 0 or per_replica >= len(ids):
         return ids
     refs = [GpuRef.parse(text) for text in ids]
     ranked = sorted(range(len(refs)), key=lambda i: (-_free_vram(cluster, refs[i]), i))
@@ -158,8 +164,8 @@ def deployment_from_gpustack(
             "cpu_offloading": cpu_offloading,
             "distributed_inference_across_workers": distributed,
             "gpu_selection": selected_gpus(model, cluster),
-            "kind": _kind([str(c) for c in field(model, "categories", []) or []]),
-            "replicas": max(int(field(model, "replicas", 1)), 1),
+            "kind": _kind([str(c) for c in listed(model, "categories", "categories")]),
+            "replicas": max(non_negative(field(model, "replicas", 1), "replicas"), 1),
         },
         "GPUStack model",
     )

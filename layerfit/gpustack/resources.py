@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from layerfit.gpustack.fields import field, int_map, non_negative
+from layerfit.gpustack.fields import as_list, field, int_map, listed, non_negative
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,14 @@ def allocated_by_instances(instances: Iterable[Any], worker_id: Any) -> Allocati
     """What the model instances hold on one worker, from their ``computed_resource_claim``."""
     ram = 0
     vram: dict[int, int] = {}
-    for position, instance in enumerate(instances):
+    for position, instance in enumerate(as_list(instances, "model_instances")):
         where = f"model_instances[{position}]"
         claim = field(instance, "computed_resource_claim", None)
         if field(instance, "worker_id", None) == worker_id and claim is not None:
             ram += non_negative(field(claim, "ram", 0), f"{where}.computed_resource_claim.ram")
             if field(instance, "gpu_indexes", None):
                 _add(vram, int_map(field(claim, "vram", None), f"{where}.computed_resource_claim.vram"))
-        subordinates = field(instance, "distributed_servers.subordinate_workers", None) or []
+        subordinates = listed(instance, "distributed_servers.subordinate_workers", f"{where}.distributed_servers")
         for number, subordinate in enumerate(subordinates):
             sub_claim = field(subordinate, "computed_resource_claim", None)
             if field(subordinate, "worker_id", None) == worker_id and sub_claim is not None:
@@ -54,7 +54,8 @@ def allocated_by_instances(instances: Iterable[Any], worker_id: Any) -> Allocati
 def allocated_by_view(resource_view: Any, worker_id: Any) -> Allocation:
     """What GPUStack's own ``ResourceView`` says is allocated (instances plus other reservations)."""
     allocated = resource_view.allocated(worker_id)
-    return Allocation(ram=int(allocated.ram), vram=int_map(allocated.vram, "resource_view.allocated.vram"))
+    ram = non_negative(allocated.ram, "resource_view.allocated.ram")
+    return Allocation(ram=ram, vram=int_map(allocated.vram, "resource_view.allocated.vram"))
 
 
 def allocatable(worker: Any, allocated: Allocation) -> Allocation:
@@ -63,7 +64,7 @@ def allocatable(worker: Any, allocated: Allocation) -> Allocation:
     reserved_ram = non_negative(field(worker, "system_reserved.ram", 0), f"worker[{name}].system_reserved.ram")
     reserved_vram = non_negative(field(worker, "system_reserved.vram", 0), f"worker[{name}].system_reserved.vram")
     vram: dict[int, int] = {}
-    for position, gpu in enumerate(field(worker, "status.gpu_devices", []) or []):
+    for position, gpu in enumerate(listed(worker, "status.gpu_devices", f"worker[{name}].status.gpu_devices")):
         total = field(gpu, "memory.total", None)
         if total is None:
             continue
