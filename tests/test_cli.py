@@ -185,6 +185,10 @@ def test_a_run_of_a_billion_blocks_is_refused_without_allocating(
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--plot", "/no/such/dir/p.png"], "--plot: folder"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--gpus", "ghost:cuda:0"], "--gpus: gpu_selection"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--gpus", ""], "malformed GPU id ''"),  # was ignored
+        (
+            ["estimate", "{model}", "-c", "2147483647", "-b", "2147483647", "-ub", "2147483647"],
+            "at ctx 2147483647, ubatch",
+        ),
     ],
 )
 def test_bad_flags_exit_two_on_one_line(

@@ -238,10 +238,8 @@ def estimate_profile(
     act = activations(shape, cache, n_ubatch=settings.graph_tokens, flash_attn=settings.flash_attn, logits=shape.causal)
     try:
         compute = compute_buffers(act, runtime.backend)
-    except ValidationError as exc:  # buffers past the size cap: a hostile or broken header
-        first = exc.errors()[0]
-        where = "compute." + ".".join(str(part) for part in first["loc"])
-        raise EstimationError(shape.path, where, str(first["msg"])) from None
+    except ValidationError as exc:  # buffers past the size cap: a hostile or broken header, or huge -c/-ub/-np
+        raise _beyond_the_size_cap(shape, settings, exc, "compute.") from None
 
     def part_compute(part: ModelShape) -> ComputeEstimate:
         logits = not settings.embedding
@@ -287,10 +285,18 @@ def estimate_profile(
             scan_crossings=scan_crossings(layer_kinds(shape)) if compute.scan else (),
             warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
         )
-    except ValidationError as exc:  # sizes no real model has (a hostile or broken header)
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise EstimationError(shape.path, where, str(first["msg"])) from None
+    except ValidationError as exc:  # sizes no real model has (a hostile or broken header, or huge -c/-ub/-np)
+        raise _beyond_the_size_cap(shape, settings, exc) from None
+
+
+def _beyond_the_size_cap(
+    shape: ModelShape, settings: Settings, exc: ValidationError, prefix: str = ""
+) -> EstimationError:
+    """The first size of a profile that failed validation, with the settings it was estimated at."""
+    first = exc.errors()[0]
+    where = prefix + ".".join(str(part) for part in first["loc"])
+    at = f"ctx {settings.ctx}, ubatch {settings.n_ubatch}, {settings.n_seq} sequences"
+    return EstimationError(shape.path, where, f"{first['msg']} (estimated at {at}: lower -c, -ub or -np)")
 
 
 def _flash_attn_fallback(
