@@ -28,6 +28,7 @@ from layerfit.domain import (
     Status,
     Worker,
 )
+from layerfit.domain.fleet import FleetConfig
 from layerfit.errors import InputError
 from layerfit.memory import claims, make_layout
 
@@ -225,6 +226,16 @@ BAD_INPUT = [
     ("all-zero split", lambda: LlamaParams.from_args(["-ts 0,0"]), "all shares are zero"),
     ("profile lengths differ", lambda: MemoryProfile(block_weight_bytes=(1, 2), block_kv_bytes=(1,)), "block_kv_bytes"),
     ("no model source", lambda: Deployment(name="m"), "exactly one of gguf_path or profile"),
+    ("CP-SAT seed beyond 32 bits", lambda: PlannerConfig(seed=2**40), "seed\n  Input should be less than or equal to"),
+    ("a million CP-SAT workers", lambda: PlannerConfig(num_search_workers=10**6), "num_search_workers\n  Input should"),
+    ("rpc ports past 65535", lambda: PlannerConfig(rpc_port_base=65530), "port 65537 > 65535"),
+    ("more rpc-servers than devices", lambda: PlannerConfig(max_rpc_servers=16), "max_rpc_servers\n  Input should"),
+    (
+        "infinite time limit",
+        lambda: PlannerConfig(time_limit_s=float("inf")),
+        "time_limit_s\n  Input should be a finite",
+    ),
+    ("a million processes", lambda: FleetConfig(processes=10**6), "processes\n  Input should be less than or equal"),
     (
         "huge ctx_max",
         lambda: Deployment(name="m", gguf_path="m.gguf", ctx_max=2**31),

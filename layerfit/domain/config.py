@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -13,6 +13,15 @@ from layerfit.domain.choices import OffloadOrder as OffloadOrder
 from layerfit.domain.choices import Policy as Policy
 
 _BUILD_KEYS = ("llama_cpp_build", "offload_order")
+
+MAX_SEARCH_WORKERS = 64
+"""Most CP-SAT workers (threads) asked for; CP-SAT calls a model with 100,000 invalid."""
+SEED = Field(default=0, ge=0, le=2**31 - 1)
+"""A CP-SAT random seed: a 32-bit integer (a larger one raises TypeError in OR-Tools)."""
+MAX_RPC_SERVERS = 15
+"""llama.cpp takes at most 16 devices, and ``-ts`` fewer than 16 shares: more rpc-servers than 15
+can never be used by one deployment."""
+TIME_LIMIT = Field(default=10.0, gt=0, allow_inf_nan=False)
 
 
 class PlannerConfig(Frozen):
@@ -25,7 +34,7 @@ class PlannerConfig(Frozen):
     offload_order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
     """``-ngl``'s order; when only ``llama_cpp_build`` is given, that build's order."""
     policy: Policy = Policy.BINPACK
-    max_rpc_servers: PosInt = 8
+    max_rpc_servers: Annotated[int, Field(ge=1, le=MAX_RPC_SERVERS)] = 8
     """At most this many rpc-servers per deployment (GPUStack ``DEFAULT_MAX_RPC_SERVER_COUNT``)."""
     max_rpc_candidate_gpus: PosInt = 16
     """The heuristic skips distribution when more remote GPUs qualify (GPUStack's cap)."""
@@ -36,20 +45,29 @@ class PlannerConfig(Frozen):
     selection_is_pool: bool = False
     """A manual GPU selection is the set of GPUs to use, all of them (GPUStack's rule) by default;
     ``True``: a pool to choose from (a layout may use any subset of it). Never left either way."""
-    time_limit_s: float = Field(default=10.0, gt=0)
+    time_limit_s: float = TIME_LIMIT
     """Wall-clock budget of one ``plan()`` call, all stages together (heuristic, solver, alternatives,
     explain); see ``layerfit.planner`` for the overhead beyond it."""
-    num_search_workers: PosInt = 1
+    num_search_workers: Annotated[int, Field(ge=1, le=MAX_SEARCH_WORKERS)] = 1
     """CP-SAT workers; 1 with a fixed seed gives the same answer for the same input."""
-    seed: NonNegInt = 0
+    seed: int = SEED
     alternatives: NonNegInt = 3
     """Equally good alternative layouts to return besides the best one."""
     expert_offload: bool = True
     """MoE models: keep the experts of some GPU blocks in host RAM (llama.cpp's ``--n-cpu-moe``)
     before offloading whole layers. ``False``: GPUStack's original strategy order, experts always
     with their blocks."""
-    rpc_port_base: PosInt = 50052
+    rpc_port_base: Annotated[int, Field(ge=1, le=65535)] = 50052
     """rpc-server ports: base, base+1, ... per server on a worker."""
+
+    @model_validator(mode="after")
+    def _ports_exist(self) -> PlannerConfig:
+        last = self.rpc_port_base + self.max_rpc_servers - 1
+        if last > 65535:
+            raise ValueError(
+                f"rpc_port_base {self.rpc_port_base} + {self.max_rpc_servers} rpc-servers: port {last} > 65535"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -82,4 +100,3 @@ class PlannerConfig(Frozen):
         """Whether the commands pass ``--fit off``: the build has ``--fit`` (an output-first build
         whose number alone does not say has it: the output-first order came after ``--fit``)."""
         return FIT.present(self.build) is not False
-

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, computed_field, model_validator
 
 from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt, counted
 from layerfit.domain.choices import Executor as Executor
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import Policy
+from layerfit.domain.config import MAX_SEARCH_WORKERS, SEED, Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.plan import Command, DeviceUse, EngineStats, Reason, Status, WorkerUse
@@ -148,18 +148,22 @@ class LostPlacement(Frozen):
     """The GPUs it names, ``worker:type:index`` where the cluster still knows the type."""
 
 
+MAX_PROCESSES = 256
+"""Most worker processes for candidate generation (each is a Python process of its own)."""
+
+
 class FleetConfig(Frozen):
     """Knobs of fleet planning."""
 
-    time_limit_s: float = Field(default=60.0, gt=0)
+    time_limit_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     executor: Executor = Executor.LOCAL
-    processes: NonNegInt = 0
+    processes: Annotated[int, Field(ge=0, le=MAX_PROCESSES)] = 0
     """Worker processes for candidate generation; 0 = one per core."""
     max_single_gpu_candidates: NonNegInt = 64
     """Cap on single-GPU candidate layouts per deployment, spread evenly over the GPUs; 0 = no cap.
     Keeps the master problem small on large fleets; optimality is relative to the candidates."""
-    seed: NonNegInt = 0
-    num_search_workers: NonNegInt = 1
+    seed: int = SEED
+    num_search_workers: Annotated[int, Field(ge=0, le=MAX_SEARCH_WORKERS)] = 1
     """CP-SAT workers for the master problem. 1 with a fixed seed gives the same plan for the same
     input on every run and every executor when no limit is hit; 0 = one per core (parallel CP-SAT
     picks among equally good plans by timing, so the plan can differ from run to run)."""
@@ -168,7 +172,7 @@ class FleetConfig(Frozen):
     better columns, and a bound on the first two tiers over all layouts, not only the candidates."""
     column_generation_share: float = Field(default=0.5, gt=0, le=1)
     """Share of ``time_limit_s`` column generation may take before the integer master."""
-    pricing_time_limit_s: float = Field(default=2.0, gt=0)
+    pricing_time_limit_s: float = Field(default=2.0, gt=0, allow_inf_nan=False)
     """CP-SAT time limit of one pricing problem; a problem cut short still gives a valid bound."""
     max_pricing_rounds: NonNegInt = 30
     """Rounds of LP and pricing per tier at most."""
