@@ -29,10 +29,13 @@ def cmd_examples(args: argparse.Namespace, rest: list[str]) -> int:
     clashes = sorted(name for name in bundled if (target / name).exists())
     if clashes and not args.force:
         raise InputError(str(target), f"already has {', '.join(clashes)}; pass --force to overwrite")
-    target.mkdir(parents=True, exist_ok=True)
-    for name, data in sorted(bundled.items()):
-        (target / name).write_bytes(data)
-        print(target / name)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, data in sorted(bundled.items()):
+            (target / name).write_bytes(data)
+            print(target / name)
+    except OSError as exc:
+        raise InputError(str(target), f"cannot write there: {exc.strerror or exc}") from None
     print(
         f"{len(bundled)} example files written; try: layerfit plan --cluster {target / 'cluster.yaml'} "
         f"--deployment {target / 'deployment.yaml'}",

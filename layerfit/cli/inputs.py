@@ -76,7 +76,10 @@ def write_plot(path: str | None, cluster: Cluster, panels: list[tuple[str, list[
     if path is not None:
         from layerfit.plot import render
 
-        written = render(cluster, panels, path)
+        try:
+            written = render(cluster, panels, path)
+        except OSError as exc:
+            raise InputError("--plot", f"cannot write {path}: {exc.strerror or exc}") from None
         print(f"picture written to {written}", file=sys.stderr)
 
 
