@@ -43,7 +43,18 @@ def _scalar(event: yaml.ScalarEvent) -> Any:
     construct = _SAFE.yaml_constructors.get(tag)
     if construct is None or event.value == "<<":
         raise _Unusual
-    return construct(_SAFE, yaml.ScalarNode(tag, event.value, style=event.style))
+    try:
+        return construct(_SAFE, yaml.ScalarNode(tag, event.value, style=event.style))
+    except ValueError as exc:  # 2020-13-45, !!int abc, an int of more than 4300 digits: name where
+        kind = tag.rsplit(":", 1)[-1]
+        shown = event.value if len(event.value) <= 40 else f"{event.value[:40]}... ({len(event.value)} characters)"
+        problem = f"cannot read {shown!r} as {kind}: {_short(exc)}"
+        raise yaml.constructor.ConstructorError(None, None, problem, event.start_mark) from None  # type: ignore[arg-type]
+
+
+def _short(exc: Exception) -> str:
+    """A parser's message without Python's advice (``use sys.set_int_max_str_digits() ...``)."""
+    return str(exc).split("; use sys.", 1)[0]
 
 
 def _container(event: yaml.NodeEvent, depth: int) -> dict[Any, Any] | list[Any]:
@@ -206,6 +217,8 @@ def read_document(path: str | Path) -> Any:
         raise InputError(str(path), f"refused: {exc}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise InputError(str(path), f"not valid {kind}: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:  # a scalar that cannot be constructed (json: an int of over 4300 digits)
+        raise InputError(str(path), f"not valid {kind}: {_short(exc)}") from None
     except RecursionError:
         raise InputError(str(path), f"nested more than {MAX_DEPTH} levels deep") from None
     if _depth(document) > MAX_DEPTH:

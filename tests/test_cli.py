@@ -144,10 +144,23 @@ BAD_FILES = [
     ("cluster.yaml", lambda: "workers: []\nname: café\n".encode("latin-1"), "not UTF-8 text: byte"),
     ("cluster.yaml", lambda: _deep_yaml(1200), "cluster.yaml: not valid YAML: .*nesting depth"),
     ("cluster.json", lambda: "[" * 100_000 + "]" * 100_000, "cluster.json: nested more than 64 levels"),
+    # scalars that cannot be constructed raised ValueError with a traceback
+    ("cluster.yaml", lambda: "workers: []\nx: 2020-13-45\n", "as timestamp: month must be in 1..12 .*line 2"),
+    ("cluster.yaml", lambda: "workers: []\nx: !!int abc\n", "not valid YAML: invalid literal for int"),
+    ("cluster.yaml", lambda: f"workers: []\nx: {'9' * 5000}\n", "as int: Exceeds the limit \\(4300 digits\\)"),
+    (
+        "cluster.json",
+        lambda: f'{{"workers": [], "x": {"9" * 5000}}}',
+        "not valid JSON: Exceeds the limit \\(4300 digits\\)",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "content", "message"), BAD_FILES, ids=["digits", "latin-1", "yaml-deep", "json-deep"])
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    BAD_FILES,
+    ids=["digits", "latin-1", "yaml-deep", "json-deep", "date", "tag", "yaml-int", "json-int"],
+)
 def test_bad_files_exit_two_naming_file_and_field(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: object, message: str
 ) -> None:

@@ -226,6 +226,8 @@ BAD_INPUT = [
     ("all-zero split", lambda: LlamaParams.from_args(["-ts 0,0"]), "all shares are zero"),
     ("profile lengths differ", lambda: MemoryProfile(block_weight_bytes=(1, 2), block_kv_bytes=(1,)), "block_kv_bytes"),
     ("no model source", lambda: Deployment(name="m"), "exactly one of gguf_path or profile"),
+    ("GPU index beyond any device", lambda: _gpu(2**63), "index\n  Input should be less than or equal to 1023"),
+    ("GPU id of 5,000 digits", lambda: GpuRef.parse("w:cuda:" + "9" * 5000), "malformed GPU id 'w:cuda:9999"),
     ("CP-SAT seed beyond 32 bits", lambda: PlannerConfig(seed=2**40), "seed\n  Input should be less than or equal to"),
     ("a million CP-SAT workers", lambda: PlannerConfig(num_search_workers=10**6), "num_search_workers\n  Input should"),
     ("rpc ports past 65535", lambda: PlannerConfig(rpc_port_base=65530), "port 65537 > 65535"),

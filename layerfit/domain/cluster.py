@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from functools import cached_property
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -35,6 +35,7 @@ GPU_TYPES = (
 """GPU runtime types as GPUStack names them in GPU ids (``worker:cuda:0``); Apple GPUs are ``mps``,
 and ``""`` is GPUStack's default for a GPU whose runtime it did not detect."""
 
+
 def _is_ipv4(text: str) -> bool:
     try:
         ipaddress.IPv4Address(text)
@@ -43,13 +44,18 @@ def _is_ipv4(text: str) -> bool:
     return True
 
 
-_GPU_REF_PATTERN = re.compile(r"^(?P<worker>[^:\s]+):(?P<type>[A-Za-z][A-Za-z0-9_]*):(?P<index>\d+)$")
+_GPU_REF_PATTERN = re.compile(r"^(?P<worker>[^:\s]+):(?P<type>[A-Za-z][A-Za-z0-9_]*):(?P<index>[0-9]{1,9})$")
+
+
+MAX_GPU_INDEX = 1023
+"""Largest GPU index: it names a ggml device (``CUDA3``), and ggml backends enumerate a few dozen
+devices at most (CUDA: 16); a larger number is a typo or garbage, never a device."""
 
 
 class Gpu(Frozen):
     """One accelerator of a worker. Sizes in bytes; ``allocatable`` is what we may claim."""
 
-    index: NonNegInt
+    index: Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]
     type: str = "cuda"
     name: str = ""
     total_vram_bytes: Bytes
@@ -194,7 +200,8 @@ class GpuRef(Frozen):
         """Parse ``worker:cuda:0``; ``InputError`` naming the text when it is malformed."""
         match = _GPU_REF_PATTERN.match(text.strip())
         if match is None:
-            raise InputError("gpu_selection", f"malformed GPU id {text!r}; expected worker_name:type:index")
+            shown = text if len(text) <= 80 else f"{text[:80]}..."
+            raise InputError("gpu_selection", f"malformed GPU id {shown!r}; expected worker_name:type:index")
         return cls(worker=match["worker"], type=match["type"], index=int(match["index"]))
 
     def __str__(self) -> str:
