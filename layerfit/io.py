@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -201,7 +202,10 @@ def read_document(path: str | Path) -> Any:
     file = Path(path)
     kind = "JSON" if file.suffix.lower() == ".json" else "YAML"
     try:
-        size = file.stat().st_size
+        status = file.stat()
+        if not stat.S_ISREG(status.st_mode) and not stat.S_ISDIR(status.st_mode):
+            raise InputError(str(path), "not a regular file (a pipe, socket or device would be read without end)")
+        size = status.st_size
         if size > MAX_FILE_BYTES:
             raise InputError(str(path), f"{size} bytes: input files are limited to {MAX_FILE_BYTES} bytes")
         raw = file.read_bytes()

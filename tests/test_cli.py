@@ -175,6 +175,21 @@ def test_bad_files_exit_two_naming_file_and_field(
     assert re.search(message, err) and str(path) in err, err
 
 
+@pytest.mark.parametrize("which", ["cluster", "model"])
+def test_a_pipe_is_refused_rather_than_waited_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, which: str
+) -> None:
+    """Opening a FIFO without a writer blocked for ever (and a pipe could be read without end)."""
+    import os
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    model = write_gguf(tmp_path / "m.gguf", REAL_MODELS["llama-3.2-1b"])[0]
+    cluster, gguf = (pipe, model) if which == "cluster" else (CLUSTER, pipe)
+    code, _, err = run(capsys, "plan", "--cluster", str(cluster), "--model", str(gguf))
+    assert code == EXIT_BAD_INPUT and f"{pipe}: " in err and ("not a regular file" in err or "a pipe" in err), err
+
+
 def test_a_run_of_a_billion_blocks_is_refused_without_allocating(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -447,6 +448,9 @@ def _alignment(cursor: _Cursor, metadata: Mapping[str, MetaValue]) -> int:
 
 def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
     try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise EstimationError(path, "file", "a pipe or socket, not a GGUF file (opening it waits for a writer)")
         handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise EstimationError(path, "file", f"cannot open: {exc.strerror or exc}") from None
