@@ -226,6 +226,16 @@ BAD_INPUT = [
     ("all-zero split", lambda: LlamaParams.from_args(["-ts 0,0"]), "all shares are zero"),
     ("profile lengths differ", lambda: MemoryProfile(block_weight_bytes=(1, 2), block_kv_bytes=(1,)), "block_kv_bytes"),
     ("no model source", lambda: Deployment(name="m"), "exactly one of gguf_path or profile"),
+    (
+        "a size written as a boolean",
+        lambda: _gpu(0, total=True),
+        "total_vram_bytes\n  Value error, expected a number, got true",
+    ),
+    (
+        "a count written as a boolean",
+        lambda: Deployment(name="m", gguf_path="m", replicas=True),
+        "expected a number, got true",
+    ),
     ("GPU index beyond any device", lambda: _gpu(2**63), "index\n  Input should be less than or equal to 1023"),
     ("GPU id of 5,000 digits", lambda: GpuRef.parse("w:cuda:" + "9" * 5000), "malformed GPU id 'w:cuda:9999"),
     ("CP-SAT seed beyond 32 bits", lambda: PlannerConfig(seed=2**40), "seed\n  Input should be less than or equal to"),

@@ -10,10 +10,21 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
 
-NonNegInt = Annotated[int, Field(ge=0)]
+
+def _not_a_boolean(value: Any) -> Any:
+    """pydantic reads ``true`` as the integer 1: a count or size written as a boolean is a mistake."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    return value
+
+
+NOT_A_BOOLEAN = BeforeValidator(_not_a_boolean)
+"""For an ``Annotated[int, ...]`` count with bounds of its own."""
+
+NonNegInt = Annotated[int, NOT_A_BOOLEAN, Field(ge=0)]
 """A count or a size in bytes: never negative."""
 
-PosInt = Annotated[int, Field(gt=0)]
+PosInt = Annotated[int, NOT_A_BOOLEAN, Field(gt=0)]
 
 _UNITS = {
     "": 1,
@@ -33,7 +44,7 @@ _SIZE_PATTERN = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[a-zA-Z]*)
 def parse_size(value: Any) -> Any:
     """Accept ``"80 GiB"``, ``"512MiB"``, ``"1.5 GB"`` as well as plain integers (bytes)."""
     if not isinstance(value, str):
-        return value
+        return _not_a_boolean(value)
     return _size_of_text(value)
 
 

@@ -70,9 +70,7 @@ N_CPU_MOE = Feature("--n-cpu-moe", 6088, 6089, "added by ggml-org/llama.cpp#1507
 OVERRIDE_TENSOR = Feature(
     "-ot (--override-tensor)", None, 6089, "ggml-org/llama.cpp#11397; #15077 (b6089) builds --n-cpu-moe on it"
 )
-LOAD_MODE = Feature(
-    "-lm (--load-mode)", None, 10114, "ggml-org/llama.cpp#20834; b10114 has it (#26110)"
-)
+LOAD_MODE = Feature("-lm (--load-mode)", None, 10114, "ggml-org/llama.cpp#20834; b10114 has it (#26110)")
 DIRECT_IO = Feature("-dio (--direct-io)", None, 9297, "b9297 runs with -dio in ggml-org/llama.cpp#23772")
 FLASH_ATTN_VALUE = Feature(
     "-fa on|off|auto (older builds' -fa is a switch, off unless given)",

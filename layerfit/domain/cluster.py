@@ -9,7 +9,7 @@ from typing import Annotated, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import Bytes, Frozen, NonNegInt
+from layerfit.domain.base import NOT_A_BOOLEAN, Bytes, Frozen, NonNegInt
 from layerfit.errors import InputError
 
 GPU_TYPES = (
@@ -55,7 +55,7 @@ devices at most (CUDA: 16); a larger number is a typo or garbage, never a device
 class Gpu(Frozen):
     """One accelerator of a worker. Sizes in bytes; ``allocatable`` is what we may claim."""
 
-    index: Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]
+    index: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=MAX_GPU_INDEX)]
     type: str = "cuda"
     name: str = ""
     total_vram_bytes: Bytes

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import Frozen, NonNegInt
+from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, NonNegInt
 from layerfit.domain.choices import ModelKind as ModelKind
 from layerfit.domain.cluster import GpuRef
 from layerfit.domain.flags import kind_contradiction
@@ -35,15 +35,15 @@ class Deployment(Frozen):
     gpu_selection: tuple[GpuRef, ...] | None = None
     """Manual GPU selection (GPUStack ``gpu_selector.gpu_ids``)."""
     kind: ModelKind = ModelKind.LLM
-    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 1
+    replicas: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=MAX_REPLICAS)] = 1
     priority: NonNegInt = 0
     """Higher is more important (fleet planning)."""
     ctx_auto: bool = False
     """The context is a decision (``layerfit.context``): the training context, shrunk to fit down
     to 4096, as llama.cpp does when no ``-c`` is given."""
-    ctx_min: Annotated[int, Field(ge=1, le=INT_MAX)] | None = None
+    ctx_min: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=INT_MAX)] | None = None
     """With ``ctx_max``: the context is a decision, any multiple of 256 in the range will do."""
-    ctx_max: Annotated[int, Field(ge=1, le=INT_MAX)] | None = None
+    ctx_max: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=INT_MAX)] | None = None
     """Default with ``ctx_min`` alone: the model's training context."""
 
     @model_validator(mode="before")

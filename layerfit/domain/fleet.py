@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, computed_field, model_validator
 
-from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt, counted
+from layerfit.domain.base import NOT_A_BOOLEAN, SCHEMA_VERSION, Frozen, NonNegInt, counted
 from layerfit.domain.choices import Executor as Executor
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import MAX_SEARCH_WORKERS, SEED, Policy
@@ -157,13 +157,13 @@ class FleetConfig(Frozen):
 
     time_limit_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     executor: Executor = Executor.LOCAL
-    processes: Annotated[int, Field(ge=0, le=MAX_PROCESSES)] = 0
+    processes: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=MAX_PROCESSES)] = 0
     """Worker processes for candidate generation; 0 = one per core."""
     max_single_gpu_candidates: NonNegInt = 64
     """Cap on single-GPU candidate layouts per deployment, spread evenly over the GPUs; 0 = no cap.
     Keeps the master problem small on large fleets; optimality is relative to the candidates."""
     seed: int = SEED
-    num_search_workers: Annotated[int, Field(ge=0, le=MAX_SEARCH_WORKERS)] = 1
+    num_search_workers: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=MAX_SEARCH_WORKERS)] = 1
     """CP-SAT workers for the master problem. 1 with a fixed seed gives the same plan for the same
     input on every run and every executor when no limit is hit; 0 = one per core (parallel CP-SAT
     picks among equally good plans by timing, so the plan can differ from run to run)."""
