@@ -21,10 +21,10 @@ def _not_a_boolean(value: Any) -> Any:
 NOT_A_BOOLEAN = BeforeValidator(_not_a_boolean)
 """For an ``Annotated[int, ...]`` count with bounds of its own."""
 
-NonNegInt = Annotated[int, NOT_A_BOOLEAN, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0), NOT_A_BOOLEAN]
 """A count or a size in bytes: never negative."""
 
-PosInt = Annotated[int, NOT_A_BOOLEAN, Field(gt=0)]
+PosInt = Annotated[int, Field(gt=0), NOT_A_BOOLEAN]
 
 _UNITS = {
     "": 1,

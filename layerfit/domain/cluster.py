@@ -55,7 +55,7 @@ devices at most (CUDA: 16); a larger number is a typo or garbage, never a device
 class Gpu(Frozen):
     """One accelerator of a worker. Sizes in bytes; ``allocatable`` is what we may claim."""
 
-    index: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=MAX_GPU_INDEX)]
+    index: Annotated[int, Field(ge=0, le=MAX_GPU_INDEX), NOT_A_BOOLEAN]
     type: str = "cuda"
     name: str = ""
     total_vram_bytes: Bytes

@@ -34,7 +34,7 @@ class PlannerConfig(Frozen):
     offload_order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
     """``-ngl``'s order; when only ``llama_cpp_build`` is given, that build's order."""
     policy: Policy = Policy.BINPACK
-    max_rpc_servers: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=MAX_RPC_SERVERS)] = 8
+    max_rpc_servers: Annotated[int, Field(ge=1, le=MAX_RPC_SERVERS), NOT_A_BOOLEAN] = 8
     """At most this many rpc-servers per deployment (GPUStack ``DEFAULT_MAX_RPC_SERVER_COUNT``)."""
     max_rpc_candidate_gpus: PosInt = 16
     """The heuristic skips distribution when more remote GPUs qualify (GPUStack's cap)."""
@@ -48,7 +48,7 @@ class PlannerConfig(Frozen):
     time_limit_s: float = TIME_LIMIT
     """Wall-clock budget of one ``plan()`` call, all stages together (heuristic, solver, alternatives,
     explain); see ``layerfit.planner`` for the overhead beyond it."""
-    num_search_workers: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=MAX_SEARCH_WORKERS)] = 1
+    num_search_workers: Annotated[int, Field(ge=1, le=MAX_SEARCH_WORKERS), NOT_A_BOOLEAN] = 1
     """CP-SAT workers; 1 with a fixed seed gives the same answer for the same input."""
     seed: int = SEED
     alternatives: NonNegInt = 3
@@ -57,7 +57,7 @@ class PlannerConfig(Frozen):
     """MoE models: keep the experts of some GPU blocks in host RAM (llama.cpp's ``--n-cpu-moe``)
     before offloading whole layers. ``False``: GPUStack's original strategy order, experts always
     with their blocks."""
-    rpc_port_base: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=65535)] = 50052
+    rpc_port_base: Annotated[int, Field(ge=1, le=65535), NOT_A_BOOLEAN] = 50052
     """rpc-server ports: base, base+1, ... per server on a worker."""
 
     @model_validator(mode="after")

@@ -35,15 +35,15 @@ class Deployment(Frozen):
     gpu_selection: tuple[GpuRef, ...] | None = None
     """Manual GPU selection (GPUStack ``gpu_selector.gpu_ids``)."""
     kind: ModelKind = ModelKind.LLM
-    replicas: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=MAX_REPLICAS)] = 1
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS), NOT_A_BOOLEAN] = 1
     priority: NonNegInt = 0
     """Higher is more important (fleet planning)."""
     ctx_auto: bool = False
     """The context is a decision (``layerfit.context``): the training context, shrunk to fit down
     to 4096, as llama.cpp does when no ``-c`` is given."""
-    ctx_min: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=INT_MAX)] | None = None
+    ctx_min: Annotated[int, Field(ge=1, le=INT_MAX), NOT_A_BOOLEAN] | None = None
     """With ``ctx_max``: the context is a decision, any multiple of 256 in the range will do."""
-    ctx_max: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=INT_MAX)] | None = None
+    ctx_max: Annotated[int, Field(ge=1, le=INT_MAX), NOT_A_BOOLEAN] | None = None
     """Default with ``ctx_min`` alone: the model's training context."""
 
     @model_validator(mode="before")

@@ -157,13 +157,13 @@ class FleetConfig(Frozen):
 
     time_limit_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     executor: Executor = Executor.LOCAL
-    processes: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=MAX_PROCESSES)] = 0
+    processes: Annotated[int, Field(ge=0, le=MAX_PROCESSES), NOT_A_BOOLEAN] = 0
     """Worker processes for candidate generation; 0 = one per core."""
     max_single_gpu_candidates: NonNegInt = 64
     """Cap on single-GPU candidate layouts per deployment, spread evenly over the GPUs; 0 = no cap.
     Keeps the master problem small on large fleets; optimality is relative to the candidates."""
     seed: int = SEED
-    num_search_workers: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=MAX_SEARCH_WORKERS)] = 1
+    num_search_workers: Annotated[int, Field(ge=0, le=MAX_SEARCH_WORKERS), NOT_A_BOOLEAN] = 1
     """CP-SAT workers for the master problem. 1 with a fixed seed gives the same plan for the same
     input on every run and every executor when no limit is hit; 0 = one per core (parallel CP-SAT
     picks among equally good plans by timing, so the plan can differ from run to run)."""

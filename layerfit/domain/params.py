@@ -54,18 +54,18 @@ _AUTOY = ("auto", "-1")
 class LlamaParams(Frozen):
     """The llama.cpp options that change memory or placement. ``None`` means llama.cpp's default."""
 
-    ctx_size: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=INT_MAX)] | None = None
+    ctx_size: Annotated[int, Field(ge=0, le=INT_MAX), NOT_A_BOOLEAN] | None = None
     """``-c``; ``None`` is GPUStack's default (8192), 0 is the model's training context (as in llama.cpp)."""
-    n_gpu_layers: Annotated[int, NOT_A_BOOLEAN, Field(ge=0, le=ALL_LAYERS)] | None = None
+    n_gpu_layers: Annotated[int, Field(ge=0, le=ALL_LAYERS), NOT_A_BOOLEAN] | None = None
     tensor_split: tuple[float, ...] | None = None
-    parallel: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=MAX_SEQUENCES)] | None = None
+    parallel: Annotated[int, Field(ge=1, le=MAX_SEQUENCES), NOT_A_BOOLEAN] | None = None
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: FlashAttn = "auto"
     load_mode: LoadMode | None = None
     """``-lm``; ``None`` is llama.cpp's ``auto`` (memory-mapped where the devices allow it)."""
-    batch_size: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=INT_MAX)] | None = None
-    ubatch_size: Annotated[int, NOT_A_BOOLEAN, Field(ge=1, le=INT_MAX)] | None = None
+    batch_size: Annotated[int, Field(ge=1, le=INT_MAX), NOT_A_BOOLEAN] | None = None
+    ubatch_size: Annotated[int, Field(ge=1, le=INT_MAX), NOT_A_BOOLEAN] | None = None
     swa_full: bool = False
     """``--swa-full``: sliding-window layers cache the whole context, as full-attention layers do."""
     mmproj: str | None = None
