@@ -12,7 +12,7 @@ solve, and the largest context that keeps the tiers above it wins.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
@@ -30,8 +30,8 @@ from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import tie_break
 from layerfit.solver.progress import Measure, Tier, tie_break_measure
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import HINT_TIME_FRACTION, Run, hint_layout, run, set_full_hint
-from layerfit.solver.tie_break_stage import MIN_TIE_BREAK_TIME_S
+from layerfit.solver.runner import HINT_TIME_FRACTION, Run, complete_hint, run, set_full_hint
+from layerfit.solver.tie_break_stage import MIN_TIE_BREAK_TIME_S, tie_break_value
 from layerfit.solver.trace import Clock, Trace, solve_result
 from layerfit.solver.variables import Expr
 
@@ -114,10 +114,9 @@ def solve_with_experts(
         trace.incumbent = "valid"
     built = build_model(instance)
     tiers = expert_tiers(built)
-    hinted = False
+    hinted: tuple[int, ...] = ()
     if hint is not None:
-        trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
-        hinted = trace.hint == "accepted"
+        trace.hint, hinted = complete_hint(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
     if incumbent is not None:
         built.model.add(tiers.combined >= tiers.of(expert_tier_key(profile, incumbent.layout)))
     built.model.maximize(tiers.combined)
@@ -129,7 +128,7 @@ def solve_with_experts(
         return solve_result(instance, clock, trace, Status.INFEASIBLE if proven_empty else Status.UNKNOWN)
     strict_proven = first.status == cp_model.OPTIMAL
     key = (first.value(tiers.layers), first.value(tiers.experts), first.value(tiers.workers), first.value(tiers.gpus))
-    final = _tie_break(built, tiers, key, first, config, clock, trace)
+    final = _tie_break(built, tiers, key, (first, hinted), config, clock, trace)
     best = checked_candidate(cluster, deployment, profile, config, final.layout(built))
     if incumbent is not None and expert_tier_key(profile, incumbent.layout) > expert_tier_key(profile, best.layout):
         return _kept(instance, profile, clock, trace, incumbent, tiers, first)
@@ -156,21 +155,32 @@ def _tie_break(
     built: BuiltModel,
     tiers: ExpertTiers,
     key: tuple[int, int, int, int],
-    first: Run,
+    known: tuple[Run, tuple[int, ...]],
     config: PlannerConfig,
     clock: Clock,
     trace: Trace,
 ) -> Run:
-    """With the strict tiers fixed at ``key``, the best tie-break (``first`` when none is found)."""
-    for expression, value in zip((tiers.layers, tiers.experts, tiers.workers, tiers.gpus), key, strict=True):
+    """With the strict tiers fixed at ``key``, the best tie-break: never worse, in the model's units,
+    than the strict solve's solution or the hint's (``known``, the hint counting only at ``key``)."""
+    first, hinted = known
+    expressions = (tiers.layers, tiers.experts, tiers.workers, tiers.gpus)
+    best = first
+    if hinted:
+        hint_run = Run(status=cp_model.FEASIBLE, solution=hinted, objective=0.0, bound=0.0, wall_time_s=0.0)
+        at_key = tuple(hint_run.value(e) for e in expressions) == key
+        if at_key and tie_break_value(built, hint_run) < tie_break_value(built, first):
+            best = hint_run
+    for expression, value in zip(expressions, key, strict=True):
         built.model.add(expression == value)
     built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=key[3] > 0))
-    set_full_hint(built.model, first.solution)
+    set_full_hint(built.model, best.solution)
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
     stage = f"cp-sat for {built.instance.deployment} (experts per block)"
     measure = tie_break_measure(stage, built.instance, uses_gpus=key[3] > 0)
     second = trace.record("tie-break", run(built, config, time_limit, measure))
-    return second if second.found else first
+    if second.found and tie_break_value(built, second) <= tie_break_value(built, best):
+        return second
+    return replace(best, status=cp_model.FEASIBLE)  # the strict solve's status says nothing of the tie-break
 
 
 def _tier_values(profile: MemoryProfile, candidate: Candidate) -> TierValues:

@@ -280,4 +280,4 @@ def _general_search(
         bound=first.bound,
         ranks_tie_break=False,
     )
-    return tie_break_stage(instance, outcome, config, clock, trace) if outcome.strict_proven else outcome
+    return tie_break_stage(instance, outcome, config, clock, trace, hint=hint) if outcome.strict_proven else outcome

@@ -28,7 +28,7 @@ from layerfit.solver.objective import strict_tiers, strict_value, tie_break
 from layerfit.solver.progress import Measure, tie_break_measure
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.runner import HINT_TIME_FRACTION, Run, complete_hint, run
-from layerfit.solver.tie_break_stage import tie_break_stage
+from layerfit.solver.tie_break_stage import tie_break_stage, tie_break_value
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, stage_name
 from layerfit.solver.variables import Expr
 from layerfit.solver.witness import Valid, witness_solution
@@ -58,13 +58,14 @@ def single_worker_step(
         built.model.add(tiers.layers == ceiling)
         built.model.add(tiers.gpus == k)
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=True))
-        hinted = bool(_hint_if(built, hint, (ceiling, 1, k), config, clock, trace))
+        solution = _hint_if(built, hint, (ceiling, 1, k), config, clock, trace)
         measure = tie_break_measure(stage_name(instance, f"{k} GPUs on one worker"), built.instance, uses_gpus=True)
         result = trace.record(f"one-worker-{k}-gpus", run(built, config, clock.remaining(), measure))
-        if result.status == cp_model.INFEASIBLE and not hinted:
+        if result.status == cp_model.INFEASIBLE and not solution:
             continue
         if not result.found:
             return Status.UNKNOWN  # out of time, or CP-SAT contradicting a known solution
+        result = _not_worse(built, result, solution)
         return SearchOutcome(
             built=built,
             best=result,
@@ -147,7 +148,16 @@ def multi_worker_step(
     narrow = candidates.restricted(
         rpc_slots=candidates.rpc_slots, local_slots=candidates.local_slots, mains=mains, rpc_workers=rpc
     )
-    return tie_break_stage(narrow, outcome, config, clock, trace, shortcuts=valid is not None)
+    return tie_break_stage(narrow, outcome, config, clock, trace, shortcuts=valid is not None, hint=hint)
+
+
+def _not_worse(built: BuiltModel, result: Run, hinted: tuple[int, ...]) -> Run:
+    """``result``, or the hint's solution of the same model (``hinted``) when the search was cut
+    short on a worse tie-break (compared in the model's units)."""
+    if result.status == cp_model.OPTIMAL or not hinted:
+        return result
+    known = Run(status=cp_model.FEASIBLE, solution=hinted, objective=0.0, bound=result.bound, wall_time_s=0.0)
+    return known if tie_break_value(built, known) < tie_break_value(built, result) else result
 
 
 def _hint_if(

@@ -1,13 +1,15 @@
 """Step 3 of ``search``: the tie-break with the strict tiers fixed, on a narrowed model.
 
-Before any search, the step's layout is improved directly: each worker's devices move to the GPUs
-the policy prefers (``reassign``) and, under spread, the blocks are rebalanced to keep the most
-headroom (``tie_break_bound.rebalanced``), checked as a solution of a model of those workers alone.
-When that layout meets a bound on the tie-break (``tie_break_bound``) in the model's own units,
-the tie-break is proven without a search (``tie-break-bound-met``). Otherwise it hints the search
-and the bound limits its objective; a model of more candidate GPU classes than
+Before any search, the best known layout is found directly: the step's layout or the heuristic's
+(when it has the step's strict tiers), improved by moving each worker's devices to the GPUs the
+policy prefers (``reassign``) and, under spread, by rebalancing the blocks to keep the most
+headroom (``tie_break_bound.rebalanced``), each checked as a solution of a model of its workers
+alone. When that layout meets a bound on the tie-break (``tie_break_bound``) in the model's own
+units, the tie-break is proven without a search (``tie-break-bound-met``). Otherwise it hints the
+search and the bound limits its objective; a model of more candidate GPU classes than
 ``LARGE_MODEL_CLASSES`` is not searched at all (``tie-break-not-searched``: CP-SAT's presolve
-outlasts the time share there) and that layout is the answer, not proven best.
+outlasts the time share there) and that layout is the answer, not proven best. A search cut short
+whose solution is worse, in the model's units, than the known layout gives way to it.
 """
 
 from __future__ import annotations
@@ -75,11 +77,17 @@ def tie_break_stage(
     trace: Trace,
     *,
     shortcuts: bool = True,
+    hint: Layout | None = None,
 ) -> SearchOutcome:
     """Step 3: with the strict tiers fixed, the tie-break over ``candidates`` (not dominance-pruned)
     restricted to the optimal GPU count (and, on one worker, to the workers whose ``gpus`` largest
     GPUs can hold the layers by the ordered-devices bound). ``shortcuts``: decide it without a
-    search where the bound is met, and do not search a model too large (off only to test them)."""
+    search where the bound is met, and do not search a model too large (off only to test them).
+    ``hint`` (the heuristic's layout) is a known layout too when it has the step's strict tiers.
+
+    The answer is never worse on the tie-break, in the model's units, than the best layout known
+    before the search (the step's, the hint, their reassigned forms: ``_known``): a search cut
+    short whose solution is worse gives way to it, unproven."""
     gpus = outcome.gpus
     mains = None
     if outcome.workers == 1 and gpus > 0:
@@ -91,8 +99,8 @@ def tie_break_stage(
             and single_worker_ordered_layers(candidates, w, gpus, outcome.layers) >= outcome.layers
         )
     instance = candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus, mains=mains)
-    known = _known(instance, outcome, config, clock) if shortcuts else None
-    if known is not None and (known.met or too_large(instance)):
+    known = _known(instance, outcome, config, clock, hint, bound=shortcuts)
+    if shortcuts and gpus > 0 and (known.met or too_large(instance)):
         name = TIE_BREAK_BOUND_MET if known.met else TIE_BREAK_NOT_SEARCHED
         trace.shortcuts.append(name)
         best = Run(cp_model.OPTIMAL if known.met else cp_model.FEASIBLE, known.solution.solution, known.value, 0, 0.0)
@@ -107,19 +115,20 @@ def tie_break_stage(
         narrow.model.add(expression == value)
     objective = tie_break(narrow.model, narrow.instance, narrow.variables, uses_gpus=gpus > 0)
     narrow.model.minimize(objective)
-    if known is not None and known.bound is not None:
+    if known.bound is not None:
         narrow.model.add(objective >= known.bound)  # the relaxation's bound, for the LP
-    hint_decisions(narrow, outcome.best.layout(outcome.built) if known is None else known.layout)
+    hint_decisions(narrow, known.layout)
     time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
     measure = tie_break_measure(stage_name(candidates), narrow.instance, uses_gpus=gpus > 0)
     result = trace.record("tie-break", run(narrow, config, time_limit, measure))
-    if not result.found:
-        if known is not None and known.solution is not outcome.best:
-            return replace(outcome, built=known.built, best=known.solution)  # better, not proven best
+    if result.found and tie_break_value(narrow, result) <= known.value:
+        return replace(
+            outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL, ranks_tie_break=True
+        )
+    # Nothing found in time, or a solution worse than one known before the search.
+    if known.solution is outcome.best:
         return outcome
-    return replace(
-        outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL, ranks_tie_break=True
-    )
+    return replace(outcome, built=known.built, best=known.solution, tie_break_proven=False, ranks_tie_break=False)
 
 
 def too_large(instance: Instance) -> bool:
@@ -127,29 +136,53 @@ def too_large(instance: Instance) -> bool:
     return sum(cls.rpc_ok or cls.local_ok for cls in instance.classes) > LARGE_MODEL_CLASSES
 
 
-def _known(instance: Instance, outcome: SearchOutcome, config: PlannerConfig, clock: Clock) -> _Known | None:
-    """The step's layout or, when better in the model, that layout with each worker's devices on the
-    GPUs the policy prefers (``reassign``) and, under spread, its blocks rebalanced; each checked as
-    a solution of a model of its own workers. With the bound where it applies. ``None`` without GPUs."""
-    if outcome.gpus == 0:
-        return None  # no GPU: the tie-break is the main worker's RAM, left to the search
+def _known(
+    instance: Instance,
+    outcome: SearchOutcome,
+    config: PlannerConfig,
+    clock: Clock,
+    hint: Layout | None,
+    *,
+    bound: bool,
+) -> _Known:
+    """The best of the layouts known before a search, each as a solution of a model with its value
+    in the model's units: the step's layout; ``hint`` when it has the step's strict tiers; and the
+    better of those with each worker's devices on the GPUs the policy prefers (``reassign``) and,
+    under spread, its blocks rebalanced. Each but the step's is checked as a solution of a model of
+    its own workers. With the bound (``bound``) where it applies. Without GPUs: the step's alone."""
     built = outcome.built
-    best = _Known(built, outcome.best, _value(built, outcome.best), None)
+    best = _Known(built, outcome.best, tie_break_value(built, outcome.best), None)
+    if outcome.gpus == 0:
+        return best  # no GPU: the tie-break is the main worker's RAM, left to the search
     layout = outcome.best.layout(built)
-    moved = reassigned(instance, layout, device_needs(built, outcome.best))
+    if hint is not None and hint != layout and _strict(hint) == (outcome.layers, outcome.workers, outcome.gpus):
+        best = _better(instance, best, hint, config, clock)
+    layout = best.layout
+    moved = reassigned(instance, layout, device_needs(best.built, best.solution))
     if instance.policy is Policy.SPREAD and instance.rules.tensor_split is None and instance.experts is None:
         moved = rebalanced(instance, moved) or moved
     if moved != layout:
-        own = _own_workers(instance, moved)
-        found = _solution(own, moved, config, clock)
-        if found is not None and (value := _value(own, found)) < best.value:
-            best = _Known(own, found, value, None)
-    if not applies(instance, outcome.layers):
+        best = _better(instance, best, moved, config, clock)
+    if not bound or not applies(instance, outcome.layers):
         return best
     if instance.policy is Policy.BINPACK:
         return replace(best, bound=binpack_bound(instance, outcome.gpus))
     headroom = spread_bound(instance, outcome.gpus, outcome.workers, known=-best.value)
     return replace(best, bound=None if headroom is None else -headroom)
+
+
+def _strict(layout: Layout) -> tuple[int, int, int]:
+    """A layout's strict tiers: (layers on GPUs, workers, GPUs)."""
+    return layout.gpu_layers, len(layout.workers), len(layout.devices)
+
+
+def _better(instance: Instance, best: _Known, layout: Layout, config: PlannerConfig, clock: Clock) -> _Known:
+    """``layout`` when the model of its own workers holds it and it beats ``best``, else ``best``."""
+    own = _own_workers(instance, layout)
+    found = _solution(own, layout, config, clock)
+    if found is not None and (value := tie_break_value(own, found)) < best.value:
+        return _Known(own, found, value, None)
+    return best
 
 
 def _own_workers(instance: Instance, layout: Layout) -> BuiltModel:
@@ -165,10 +198,15 @@ def _own_workers(instance: Instance, layout: Layout) -> BuiltModel:
     return build_model(own)
 
 
-def _value(built: BuiltModel, found: Run) -> int:
-    """The tie-break objective (minimised) of a solution of ``built``."""
+def tie_break_value(built: BuiltModel, found: Run) -> int:
+    """The tie-break objective (minimised) of a solution of ``built``, in the model's units, read from
+    its decisions: an unproven solution's spread headroom variable need not be tight."""
+    instance = built.instance
+    if not any(found.value(slot.used) for slot in built.variables.slots):
+        ram = sum(instance.workers[w].tie_ram * found.value(main) for w, main in built.variables.main.items())
+        return ram if instance.policy is Policy.BINPACK else -ram
     value = model_value(built, found)
-    return value if built.instance.policy is Policy.BINPACK else -value
+    return value if instance.policy is Policy.BINPACK else -value
 
 
 def _solution(built: BuiltModel, layout: Layout, config: PlannerConfig, clock: Clock) -> Run | None:
