@@ -7,7 +7,7 @@ difference, and its fixed cost at least the smallest device-kind cost of its rol
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from functools import lru_cache
 
 from layerfit.domain.profile import DeviceRole
@@ -157,27 +157,34 @@ def multi_worker_candidates(
 
 
 @lru_cache(maxsize=64)
-def _lightest_runs_of(prefix: tuple[int, ...]) -> tuple[int, ...]:
-    """``runs[b-1]``: the least any ``b`` consecutive blocks cost (non-decreasing in ``b``)."""
-    n = len(prefix) - 1
-    return tuple(min(prefix[i + b] - prefix[i] for i in range(n - b + 1)) for b in range(1, n + 1))
+def _lightest_runs_of(up: tuple[int, ...], down: tuple[int, ...]) -> tuple[int, ...]:
+    """``runs[b-1]``: the least any ``b`` consecutive blocks cost, a run ``[s, s + b)`` costing
+    ``up[s + b] - down[s]`` as the model counts it (non-decreasing in ``b``)."""
+    n = len(up) - 1
+    return tuple(min(up[i + b] - down[i] for i in range(n - b + 1)) for b in range(1, n + 1))
 
 
 def lightest_runs(instance: Instance) -> tuple[int, ...]:
-    """``runs[b-1]``: the least any ``b`` consecutive blocks of the model cost, in model units."""
-    return _lightest_runs_of(instance.costs.block_prefix_down)
+    """``runs[b-1]``: the least any ``b`` consecutive blocks of the model cost, in model units (with
+    blocks all alike, ``b`` times one block's cost, as the model counts them then)."""
+    costs = instance.costs
+    if costs.uniform_block is not None:
+        return tuple(costs.uniform_block * b for b in range(1, instance.n_blocks + 1))
+    return _lightest_runs_of(costs.block_prefix_up, costs.block_prefix_down)
+
+
+def blocks_total(instance: Instance) -> int:
+    """The least every block together costs in the model (its offloaded-total row; with blocks all
+    alike, their count times one block's cost)."""
+    costs = instance.costs
+    if costs.uniform_block is not None:
+        return costs.uniform_block * instance.n_blocks
+    return costs.block_prefix_down[-1]
 
 
 def blocks_within(cumulative: tuple[int, ...], room: int) -> int:
     """The longest run whose least cost (``cumulative``, non-decreasing) fits in ``room``."""
-    low, high = 0, len(cumulative)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if cumulative[middle - 1] <= room:
-            low = middle
-        else:
-            high = middle - 1
-    return low
+    return bisect_right(cumulative, room)
 
 
 def least_overhead(

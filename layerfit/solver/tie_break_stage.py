@@ -3,7 +3,7 @@
 Before any search, the best known layout is found directly: the step's layout or the heuristic's
 (when it has the step's strict tiers), improved by moving each worker's devices to the GPUs the
 policy prefers (``reassign``) and, under spread, by rebalancing the blocks to keep the most
-headroom (``tie_break_bound.rebalanced``), each checked as a solution of a model of its workers
+headroom (``ordered_reserve.rebalanced``), each checked as a solution of a model of its workers
 alone. When that layout meets a bound on the tie-break (``tie_break_bound``) in the model's own
 units, the tie-break is proven without a search (``tie-break-bound-met``). Otherwise it hints the
 search and the bound limits its objective; a model of more candidate GPU classes than
@@ -24,6 +24,7 @@ from layerfit.solver.bounds import single_worker_layers, single_worker_ordered_l
 from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, tie_break
+from layerfit.solver.ordered_reserve import rebalanced
 from layerfit.solver.progress import tie_break_measure
 from layerfit.solver.reassign import device_needs, reassigned
 from layerfit.solver.runner import Run, complete_hint, hint_decisions, run
@@ -32,7 +33,6 @@ from layerfit.solver.tie_break_bound import (
     applies,
     binpack_bound,
     model_value,
-    rebalanced,
     spread_bound,
 )
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, stage_name
@@ -167,8 +167,11 @@ def _known(
         return best
     if instance.policy is Policy.BINPACK:
         return replace(best, bound=binpack_bound(instance, outcome.gpus))
-    headroom = spread_bound(instance, outcome.gpus, outcome.workers, known=-best.value)
-    return replace(best, bound=None if headroom is None else -headroom)
+    found = spread_bound(instance, outcome.gpus, outcome.workers, known=-best.value)
+    if found.witness is not None and found.headroom is not None and -best.value < found.headroom:
+        placed = rebalanced(instance, found.witness)
+        best = best if placed is None else _better(instance, best, placed, config, clock)
+    return replace(best, bound=None if found.headroom is None else -found.headroom)
 
 
 def _strict(layout: Layout) -> tuple[int, int, int]:
