@@ -435,16 +435,21 @@ def test_twin_swap_alternatives_agree_with_the_full_solve(
     tie_unit_mib = tie_break_unit(cls.capacity for cls in instance.classes) * instance.scale.unit_bytes / MiB
     tolerance = (len(fast.best.layout.devices) + 1) * tie_unit_mib
     # shortcuts may prove the strict tiers on another layout, and twins tie: equal tiers, equal score
+    assert fast.strict_optimal and full.strict_optimal
     assert tier_key(fast.best.layout) == tier_key(full.best.layout)
-    assert abs(fast.best.score - full.best.score) <= tolerance
     swapped = int(swaps[0].split(":")[1])
     assert 1 <= swapped <= len(fast.alternatives)
     for candidate in fast.alternatives[:swapped]:
         assert candidate.score == fast.best.score
         assert set(candidate.layout.workers) != set(fast.best.layout.workers)
-    assert len(fast.alternatives) >= min(config.alternatives, len(full.alternatives))
+    # A tie-break cut by its time share (a loaded machine) is not proven and has no re-solves; a
+    # re-solve cut by the alternatives' share truncates the list: nothing more to compare then.
+    if fast.status is not Status.OPTIMAL or full.status is not Status.OPTIMAL:
+        return
+    assert abs(fast.best.score - full.best.score) <= tolerance
     if fast.stats.details["truncated"] or full.stats.details["truncated"]:
         return
+    assert len(fast.alternatives) >= min(config.alternatives, len(full.alternatives))
     for ours, theirs in zip(fast.alternatives, full.alternatives, strict=False):
         assert ours.score >= theirs.score - tolerance
 
