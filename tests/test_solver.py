@@ -463,10 +463,10 @@ def test_result_reports_tiers_objective_and_stats() -> None:
 def test_invalid_model_raises_solver_error_naming_the_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     real_run = solver_runner.run
 
-    def broken(built, config, time_limit_s, measure=None):  # type: ignore[no-untyped-def]
+    def broken(built, config, time_limit_s, measure=None, **options):  # type: ignore[no-untyped-def]
         huge = built.model.new_int_var(0, 2**62, "huge")
         built.model.add(huge * 2**62 + huge * 2**62 >= 1)  # overflows: CP-SAT rejects the model
-        return real_run(built, config, time_limit_s, measure)
+        return real_run(built, config, time_limit_s, measure, **options)
 
     for module in ("search", "steps", "tie_break_stage"):
         monkeypatch.setattr(f"layerfit.solver.{module}.run", broken)

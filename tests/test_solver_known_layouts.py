@@ -36,20 +36,22 @@ _real_run = runner.run
 _real_solver_for = runner.solver_for
 
 
-def _stopping_solver(config: PlannerConfig, time_limit_s: float) -> cp_model.CpSolver:
-    solver = _real_solver_for(config, time_limit_s)
+def _stopping_solver(config: PlannerConfig, time_limit_s: float, **options: int) -> cp_model.CpSolver:
+    solver = _real_solver_for(config, time_limit_s, **options)
     solver.parameters.stop_after_first_solution = True
     return solver
 
 
-def _cut_tie_break(built: Any, config: PlannerConfig, time_limit_s: float, measure: Measure | None = None) -> Run:
+def _cut_tie_break(
+    built: Any, config: PlannerConfig, time_limit_s: float, measure: Measure | None = None, **options: int
+) -> Run:
     """``runner.run``, but a tie-break search stops at its first solution, found without the hint,
     and is not proven."""
     if measure is None or not measure.stage.endswith("tie-break"):
-        return _real_run(built, config, time_limit_s, measure)
+        return _real_run(built, config, time_limit_s, measure, **options)
     built.model.proto.clear_solution_hint()
     with mock.patch.object(runner, "solver_for", _stopping_solver):
-        found = _real_run(built, config, time_limit_s, measure)
+        found = _real_run(built, config, time_limit_s, measure, **options)
     return replace(found, status=cp_model.FEASIBLE) if found.status == cp_model.OPTIMAL else found
 
 

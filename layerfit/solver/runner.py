@@ -58,11 +58,12 @@ class Run:
 NOT_RUN = Run(status=cp_model.UNKNOWN, solution=(), objective=0.0, bound=0.0, wall_time_s=0.0)
 
 
-def solver_for(config: PlannerConfig, time_limit_s: float) -> cp_model.CpSolver:
+def solver_for(config: PlannerConfig, time_limit_s: float, *, linearization: int = 2) -> cp_model.CpSolver:
     """A CP-SAT solver with the configured workers and seed.
 
-    Linearization level 2 puts every constraint into the LP relaxation: the GPU and worker counts
-    get useful bounds, which multi-worker layouts on large clusters need to be proven optimal.
+    Linearization level 2 (the default) puts every constraint into the LP relaxation: the GPU and
+    worker counts get useful bounds, which multi-worker layouts on large clusters need to be proven
+    optimal.
     Presolve's detection of included linear constraints is off: in CP-SAT 9.15 it proved some
     feasible models of this shape infeasible (enforced RAM rows whose coefficients are near
     multiples of a large common factor).
@@ -71,17 +72,25 @@ def solver_for(config: PlannerConfig, time_limit_s: float) -> cp_model.CpSolver:
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = config.num_search_workers
     solver.parameters.random_seed = config.seed
-    solver.parameters.linearization_level = 2
+    solver.parameters.linearization_level = linearization
     solver.parameters.presolve_inclusion_work_limit = 0
     return solver
 
 
-def run(built: BuiltModel, config: PlannerConfig, time_limit_s: float, measure: Measure | None = None) -> Run:
+def run(
+    built: BuiltModel,
+    config: PlannerConfig,
+    time_limit_s: float,
+    measure: Measure | None = None,
+    *,
+    linearization: int = 2,
+) -> Run:
     """Solve the model as it stands; ``SolverError`` naming the deployment if CP-SAT fails.
-    ``measure`` names what the objective counts, for the progress reports (none without it)."""
+    ``measure`` names what the objective counts, for the progress reports (none without it);
+    ``linearization``: CP-SAT's linearization level (``solver_for``)."""
     if time_limit_s <= 0:
         return NOT_RUN
-    solver = solver_for(config, time_limit_s)
+    solver = solver_for(config, time_limit_s, linearization=linearization)
     shown = measure is not None and progress_active()
     callback = progress_callback(measure, time.perf_counter()) if measure is not None and shown else None
     try:
