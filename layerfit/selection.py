@@ -6,7 +6,8 @@ them; ``PlannerConfig.selection_is_pool`` makes it a pool to choose from. A ``-t
 layout's devices in llama.cpp order. Over a selection used whole, llama.cpp is given exactly the
 selected GPUs and reads only as many shares as it has devices, so extra shares are dropped; when
 the shares it reads are all zero it splits by free memory, as without ``-ts``. With no layer on a
-GPU llama.cpp ignores ``-ts``, so a split never rules out a CPU-only layout.
+GPU llama.cpp ignores ``-ts``, so a split alone never rules out a CPU-only layout; a selection
+used whole does, with or without a split (as without one: its GPUs are the ones to use).
 """
 
 from __future__ import annotations
@@ -59,15 +60,25 @@ def selection_reasons(
                 worker=layout.main_worker,
             )
         )
-    wanted = len(selected)
     split = tensor_split_in_force(deployment, config)
-    if whole_selection(deployment, config) and split is None and len(layout.devices) != wanted:
+    if not whole_selection(deployment, config):
+        return tuple(reasons)
+    if split is None and len(layout.devices) != len(selected):
         reasons.append(
             Reason(
                 kind=ReasonKind.SELECTION_IGNORED,
                 resource="gpu_selection",
-                message=f"the layout uses {len(layout.devices)} of the {wanted} selected GPUs; every selected "
+                message=f"the layout uses {len(layout.devices)} of the {len(selected)} selected GPUs; every selected "
                 "GPU is used unless the planner's selection_is_pool is set",
+            )
+        )
+    elif split is not None and not layout.devices:  # a wrong non-zero device count is the split's reason
+        reasons.append(
+            Reason(
+                kind=ReasonKind.SELECTION_IGNORED,
+                resource="gpu_selection",
+                message=f"the layout uses none of the {len(selected)} selected GPUs; with --tensor-split it uses one "
+                "per non-zero share, unless the planner's selection_is_pool is set",
             )
         )
     return tuple(reasons)

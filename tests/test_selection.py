@@ -117,3 +117,23 @@ def test_a_tensor_split_never_rules_out_cpu_only() -> None:
     deployment = Deployment(name="m", profile=SMALL, params=LlamaParams(tensor_split=(1.0, 1.0)))
     result = planner.plan(no_gpus, deployment, CONFIG)
     assert result.layout is not None and not result.layout.devices
+
+
+def test_a_tensor_split_does_not_let_a_whole_selection_go_cpu_only() -> None:
+    # -ngl 0 over a selection used whole: without -ts every engine refused, with -ts the planner
+    # answered a CPU-only layout that uses none of the selected GPUs.
+    cluster = _cluster()
+    for split in (None, (1.0, 1.0)):
+        deployment = Deployment(
+            name="m",
+            profile=SMALL,
+            gpu_selection=("w:cuda:0", "w:cuda:1"),
+            params=LlamaParams(n_gpu_layers=0, tensor_split=split),
+        )
+        assert heuristics.plan(cluster, deployment, CONFIG).best is None
+        assert planner.plan(cluster, deployment, CONFIG, explain=False).layout is None
+        cpu_only = Layout(main_worker="w", n_blocks=SMALL.n_blocks, devices=())
+        reasons = check_layout(cluster, deployment, SMALL, cpu_only, CONFIG)
+        assert ReasonKind.SELECTION_IGNORED in [reason.kind for reason in reasons]
+        pool = CONFIG.model_copy(update={"selection_is_pool": True})
+        assert ReasonKind.SELECTION_IGNORED not in [r.kind for r in check_layout(cluster, deployment, SMALL, cpu_only, pool)]

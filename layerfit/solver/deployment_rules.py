@@ -42,7 +42,7 @@ class Rules:
     """Values the partial-offload switch can take under these rules."""
     tensor_split: TensorSplit | None
     device_count: int | None = None
-    """Exact number of devices (a selection used whole, without ``-ts``)."""
+    """Exact number of devices (a selection used whole: its GPUs, or the shares of its ``-ts``)."""
 
 
 def deployment_rules(deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, *, experts: bool) -> Rules:
@@ -63,7 +63,10 @@ def deployment_rules(deployment: Deployment, profile: MemoryProfile, config: Pla
     shares = tensor_split_in_force(deployment, config)
     if shares is not None:
         split = tensor_split_blocks(shares, profile.n_blocks, config.offload_order)
-    whole = whole_selection(deployment, config) and split is None and deployment.gpu_selection is not None
+    if not whole_selection(deployment, config) or deployment.gpu_selection is None:
+        device_count = None
+    else:  # used whole: every selected GPU, or with a -ts one device per share llama.cpp reads
+        device_count = len(deployment.gpu_selection) if split is None else split.n_devices
     return Rules(
         layer_target=target,
         full_offload=full,
@@ -71,7 +74,7 @@ def deployment_rules(deployment: Deployment, profile: MemoryProfile, config: Pla
         offload_order=config.offload_order,
         partial_values=partial_values,
         tensor_split=split,
-        device_count=len(deployment.gpu_selection) if whole and deployment.gpu_selection is not None else None,
+        device_count=device_count,
     )
 
 
