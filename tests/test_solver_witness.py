@@ -187,3 +187,42 @@ def test_a_partial_witness_proves_the_most_layers() -> None:
     assert tier_key(fast.best.layout) == (12, -3, -4)
     full = solve(where, dep, profile, config, shortcuts=False)
     assert result_key(full) == result_key(fast)
+
+
+def test_presolve_does_not_prove_a_layout_that_fits_infeasible() -> None:
+    """Four 4 GiB blocks on three unified-memory workers, sizes to the byte: with the model in
+    1-byte units CP-SAT 9.15's presolve proved the full model infeasible, while the bound-met
+    witness (valid, checked in bytes) held them and a search without presolve found a solution
+    satisfying every constraint (``solver.scale`` keeps sizes under 2**30)."""
+    none = ComputeBuffer(full_offload_bytes=0, partial_offload_bytes=0)
+    profile = MemoryProfile(
+        block_weight_bytes=(4294967296,) * 4,
+        block_kv_bytes=(251658240,) * 4,
+        output_weight_bytes=0,
+        token_embedding_bytes=0,
+        main=RoleCosts(fixed_bytes=0, compute=none),
+        local=RoleCosts(fixed_bytes=87445629, compute=none),
+        rpc=RoleCosts(fixed_bytes=0, compute=none),
+        extra_main_gpu_bytes=436207616,
+        output_compute_bytes=989855744,
+    )
+
+    def worker(name: str, ram: int, vram: tuple[int, ...]) -> Worker:
+        gpus = tuple(Gpu(index=i, total_vram_bytes=v, allocatable_vram_bytes=v) for i, v in enumerate(vram))
+        return Worker(id=int(name[1:]), name=name, unified_memory=True, total_ram_bytes=ram, allocatable_ram_bytes=ram, gpus=gpus)
+
+    where = Cluster(
+        workers=(
+            worker("w0", 10143096199, (4238128867, 4238128867, 10143096199)),
+            worker("w1", 10143096199, (4546625536, 6878658560)),
+            worker("w2", 5587751037, (4634071165,)),
+        )
+    )
+    dep = _deployment(profile, offload=False)
+    config = PlannerConfig(max_rpc_servers=2, alternatives=0, time_limit_s=20.0, seed=0)
+    hint = heuristics.plan(where, dep, config, profile).layout
+    fast = solve(where, dep, profile, config, hint=hint)
+    full = solve(where, dep, profile, config, hint=hint, shortcuts=False)
+    assert fast.best is not None and not check_layout(where, dep, profile, fast.best.layout, config)
+    assert full.status is Status.OPTIMAL and full.strict_optimal
+    assert result_key(fast) == result_key(full)
