@@ -430,6 +430,9 @@ def documented(case: Scenario, theirs: Outcome, ours: Outcome, kinds: list[str])
         return "tensor-split"
     if any(0 in c.vram or 0 in c.rpc_vram for c in only_theirs):
         return "idle-gpu"  # GPUStack's split left a GPU of its candidate without a layer
+    unified = {w["name"] for w in case.workers if w["unified"]}
+    if only_theirs and all(c.rpc and ({c.main} | {w for w, _ in c.rpc}) & unified for c in only_theirs):
+        return "unified-pool"  # GPUStack's distributed check leaves a unified worker's RAM out of its pool
     partial = theirs.candidates and max(c.layers for c in theirs.candidates) < total
     if kinds == ["set-superset"] and not partial and all(len(c.gpus) >= 2 and not c.rpc for c in only_ours):
         return "equal-gpu-combinations"
@@ -437,8 +440,11 @@ def documented(case: Scenario, theirs: Outcome, ours: Outcome, kinds: list[str])
         return "single-gpu-ram-stop"
     if set(kinds) <= {"set-superset", "set-different", "best"} and partial and not only_theirs:
         return "partial-every-candidate"
-    if "distributed" in case.tags and set(kinds) & {"found-only-layerfit", "layers-more"}:
-        return "distributed-main-ram"
+    if "distributed" in case.tags and (
+        set(kinds) & {"found-only-layerfit", "layers-more"}
+        or (only_ours and all(c.rpc for c in only_ours) and not any(c.rpc for c in theirs.candidates))
+    ):
+        return "distributed-main-ram"  # GPUStack's main worker (most VRAM) is short of RAM
     return "unexplained"
 
 

@@ -267,6 +267,12 @@ def test_manual_selection_is_read_from_gpustack_model() -> None:
         {"cpu_offloading": False, "distributed_inference_across_workers": False},
         {"cpu_offloading": True, "distributed_inference_across_workers": False},
         {"cpu_offloading": False, "distributed_inference_across_workers": True},
+        # Found different by benchmarks/gpustack_diff.py, now GPUStack's words:
+        {"cpu_offloading": False, "backend_parameters": ["--ctx-size=4096", "-ngl", "20"]},  # -ngl needs CPU
+        {"cpu_offloading": False, "backend_parameters": ["--ctx-size=4096", "-ngl", "0"]},  # GPUStack's last word
+        {"cpu_offloading": True, "backend_parameters": ["--ctx-size=4096", "--gpu-layers=40"]},  # partial advice
+        {"gpu_selector": GPUSelector(gpu_ids=["gpustack-a:cuda:0", "gpustack-b:cuda:0"])},  # across, no distribution
+        {"distributed_inference_across_workers": True, "backend_parameters": ["--ctx-size=4096", "-ngl", "40"]},
     ],
 )
 def test_messages_match_gpustacks_when_nothing_fits(monkeypatch: pytest.MonkeyPatch, fields: dict[str, Any]) -> None:

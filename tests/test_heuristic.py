@@ -24,6 +24,7 @@ import pytest
 from layerfit.check import check
 from layerfit.domain import (
     Cluster,
+    ComputeBuffer,
     Deployment,
     GiB,
     Gpu,
@@ -420,7 +421,7 @@ def test_full_gpu_layers_without_room_is_infeasible() -> None:
 def test_nothing_allocatable_is_a_pre_check_error() -> None:
     result = run(cluster(worker("a", 0, ram=0)), deployment())
     assert result.status is Status.INFEASIBLE
-    assert len(result.messages) == 1 and result.messages[0].startswith("Insufficient resources")
+    assert result.messages == ("No available resources for workers. Please check workers's available VRAM.",)
 
 
 def test_no_allocatable_vram_note_shows_when_nothing_fits() -> None:
@@ -428,7 +429,7 @@ def test_no_allocatable_vram_note_shows_when_nothing_fits() -> None:
     # The pre-check note comes first in GPUStack's display order.
     result = run(cluster(worker("a", 0, ram=1000)), deployment())
     assert result.status is Status.INFEASIBLE
-    assert result.messages == ("No GPU has allocatable VRAM. Please check the workers' available VRAM.",)
+    assert result.messages == ("No available resources for workers. Please check workers's available VRAM.",)
 
 
 # -- bad input: clear reasons, never exceptions -----------------------------------------------
@@ -687,6 +688,42 @@ GIB_PROFILE = MemoryProfile.uniform(
             "- The largest available worker provides 4.0 GiB VRAM and 10.0 GiB RAM. "
             "Try offloading fewer layers to lower resource required.",
         ),
+        # Nothing allocatable anywhere, as GPUStack words it: with a selection, the least VRAM of one
+        # layer (-ngl 1: the output layer, 2 + 0.5 = 2.5 GiB); without GPUs, the CPU-only advice
+        # (1 + 10 blocks + 0.5 = 11.5 GiB RAM).
+        (
+            (worker("a", 0, ram=0),),
+            {"select": ("a:cuda:0",)},
+            "Selected GPUs need at least 2.5 GiB of available VRAM.",
+        ),
+        (
+            (worker("a", ram=0),),
+            {},
+            "- The model requires approximately 11.5 GiB RAM.\n- The largest available worker provides 0.0 GiB RAM.",
+        ),
+        # No main worker: no GPU holds one layer (2.5 GiB). With -ngl 5 the full-offload strategies
+        # are skipped, and the distributed advice comes before the partial one in GPUStack's order.
+        (
+            (worker("a", 2 * GiB, ram=20 * GiB), worker("b", 2 * GiB, ram=20 * GiB)),
+            {"distributed_inference_across_workers": True, "ngl": 5},
+            "- The model requires approximately 2.5 GiB VRAM.\n"
+            "- No suitable main server found, current GPUs lack enough VRAM to offload a single layer.",
+        ),
+        # GPUStack checks resources after the parameters and the selection, and only for strategies
+        # those leave: the -ngl error hides a too small selected GPU, and so does a selection across
+        # workers without distribution (every strategy skipped: GPUStack's last word).
+        (
+            (worker("a", 20 * GiB, 2 * GiB, ram=20 * GiB),),
+            {"select": ("a:cuda:0", "a:cuda:1"), "ngl": 5, "cpu_offloading": False},
+            "The parameter --gpu-layers 5 requires CPU offloading. "
+            "Please allow CPU offloading in the model configuration.",
+        ),
+        (
+            (worker("a", 20 * GiB, ram=20 * GiB), worker("b", 2 * GiB, ram=20 * GiB)),
+            {"select": ("a:cuda:0", "b:cuda:0")},
+            "- The model requires approximately 12.5 GiB VRAM and 1.0 GiB RAM.\n"
+            "- Selected GPUs do not meet the requirements to run the model.",
+        ),
         # A selected GPU below one layer (2 + 0.5 = 2.5 GiB): GPUStack's plain pre-check error.
         (
             (worker("a", 20 * GiB, 2 * GiB, ram=20 * GiB),),
@@ -703,3 +740,22 @@ def test_messages_are_gpustacks_words(workers: tuple[Worker, ...], kwargs: dict[
     assert check(target, dep, result, GIB_PROFILE, PlannerConfig()) == ()
     selected = None if dep.gpu_selection is None else [str(ref) for ref in dep.gpu_selection]
     assert gpustack_messages(result, selected) == [shown]
+
+
+def test_one_layer_floor_is_gpustacks() -> None:
+    # GPUStack's "single layer VRAM" is what one device needs at -ngl 1, a partial offload: the
+    # output layer (offloaded first) 0.5 + 2 fixed + the partial compute buffer 1 = 3.5 GiB. The
+    # full-offload buffer (0.25) would make it 2.75, and a 3 GiB selected GPU would pass.
+    profile = MemoryProfile.uniform(
+        10,
+        9 * GiB // 10,
+        GiB // 10,
+        output_weight_bytes=GiB // 2,
+        gpu_fixed_bytes=2 * GiB,
+        host_fixed_bytes=GiB,
+        compute=ComputeBuffer(full_offload_bytes=GiB // 4, partial_offload_bytes=GiB),
+    )
+    target = cluster(worker("a", 20 * GiB, 3 * GiB, ram=20 * GiB))
+    dep = deployment(select=("a:cuda:1",)).model_copy(update={"profile": profile})
+    result = plan(target, dep, PlannerConfig(), profile)
+    assert result.messages == ("Selected GPU a:cuda:1 lacks enough VRAM. At least 3.50 GiB is required.",)

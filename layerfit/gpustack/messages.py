@@ -17,10 +17,14 @@ from layerfit.domain.plan import Plan, Status
 NOTHING_FITS = "Cannot find a suitable worker combination to run the model."
 SELECTION_DOES_NOT_FIT = "Selected GPUs do not meet the requirements to run the model."
 
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?]) +(?=[A-Z])(?!Try offloading fewer layers to lower resource required)")
-"""Where GPUStack starts a new ``- `` line: at each sentence, except the partial-offload advice's
-last sentence, which GPUStack writes on the line before it."""
-_PLAIN = re.compile(r"The parameter --gpu-layers \d+ requires CPU offloading\.|Selected GPU \S+ lacks enough VRAM\. ")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?]) +(?=[A-Z])(?!Try offloading fewer layers to lower|Use manual scheduling)")
+"""Where GPUStack starts a new ``- `` line: at each sentence, except the last sentences of the
+partial-offload advice and of the too-many-RPC-servers warning, which it writes on the line before."""
+_PLAIN = re.compile(
+    r"The parameter --gpu-layers \d+ requires CPU offloading\.|Selected GPU \S+ lacks enough VRAM\. "
+    r"|No available resources for workers\.|Selected GPUs need at least \S+ GiB of available VRAM\."
+    r"|Insufficient resources for the model\. "
+)
 """GPUStack's pre-check errors, which it writes as plain text, not as a list."""
 _GIB = re.compile(r"\b(\d+\.\d+) GiB\b")
 

@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import PlannerConfig
+from layerfit.domain.config import OffloadOrder, PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Reason
-from layerfit.domain.profile import DeviceRole, MemoryProfile
+from layerfit.domain.profile import MemoryProfile
 from layerfit.heuristics.budget import SearchBudget
 from layerfit.heuristics.evaluate import Evaluator, Verdict
 from layerfit.heuristics.notes import Note
 from layerfit.heuristics.placement import Placement
 from layerfit.heuristics.views import GpuView, Selection, WorkerView, gpu_views, worker_views
-from layerfit.memory import claims
+from layerfit.memory import claims, layout_from_flags
 from layerfit.selection import tensor_split_in_force
 
 
@@ -41,6 +41,8 @@ class Context:
     """What the combinatorial searches may still spend (mutable)."""
     _main_ram: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     """Memo of ``main_ram_at``."""
+    _floors: dict[tuple[str, bool], int] = field(default_factory=dict, repr=False, compare=False)
+    """Memo of ``local_floor`` and ``rpc_floor``."""
 
     @property
     def n_layers(self) -> int:
@@ -58,19 +60,23 @@ class Context:
     def worker(self, name: str) -> WorkerView:
         return self._by_name[name]
 
-    @cached_property
-    def _smallest_block_bytes(self) -> int:
-        return min(w + kv for w, kv in zip(self.profile.block_weight_bytes, self.profile.block_kv_bytes, strict=True))
-
     def local_floor(self, unified: bool) -> int:
-        """The least VRAM a main-worker GPU needs to hold one layer (a block or the output layer)."""
-        least = self.evaluator.least_overhead
-        local = (DeviceRole.MAIN, DeviceRole.LOCAL)
-        return min(self._smallest_block_bytes + least(local, unified, False), least(local, unified, True))
+        """GPUStack's "single layer VRAM": what one device needs at ``-ngl 1``, the least VRAM a GPU
+        of the main worker must have to be used at all (and a selected GPU, in the pre-check)."""
+        key = ("local", unified)
+        if key not in self._floors:
+            layout = self.evaluator.shape(1, (1.0,))
+            needed = claims(self.profile, layout, frozenset({layout.main_worker}) if unified else frozenset())
+            self._floors[key] = needed.vram_bytes(layout.main_worker, 0)
+        return self._floors[key]
 
     def rpc_floor(self, unified: bool) -> int:
-        """The least VRAM an RPC server's GPU needs to hold one block."""
-        return self._smallest_block_bytes + self.evaluator.least_overhead((DeviceRole.RPC,), unified, False)
+        """GPUStack's RPC "single layer VRAM": what an RPC server's GPU needs holding one layer of a
+        split over it and one main-worker GPU, at the fewest ``-ngl`` that gives it one."""
+        key = ("rpc", unified)
+        if key not in self._floors:
+            self._floors[key] = _rpc_single_layer_vram(self.profile, self.config.offload_order, unified)
+        return self._floors[key]
 
     def main_ram_at(self, n_gpu_layers: int) -> int:
         """The least RAM a main worker needs with ``n_gpu_layers`` layers on its devices.
@@ -105,6 +111,21 @@ class Context:
 
     def evaluate(self, where: Placement, n_gpu_layers: int) -> Verdict:
         return self.evaluator.evaluate(where, n_gpu_layers)
+
+
+def _rpc_single_layer_vram(profile: MemoryProfile, order: OffloadOrder, unified: bool) -> int:
+    """The RPC device's VRAM in GPUStack's probe layout (``-ts 1,1``: the server, then the main GPU)
+    at the fewest ``-ngl`` that puts one layer on it."""
+    devices = (("rpc", 0), ("main", 0))
+    for layers in range(1, profile.n_layers + 1):
+        layout = layout_from_flags("main", devices, profile.n_blocks, layers, (1.0, 1.0), order)
+        server = next((device for device in layout.devices if device.worker == "rpc"), None)
+        if server is None:
+            continue
+        held = server.blocks + (layout.output_offloaded and layout.devices[-1] is server)
+        if held >= 1:
+            return claims(profile, layout, frozenset({"rpc", "main"}) if unified else frozenset()).vram_bytes("rpc", 0)
+    return 0
 
 
 @dataclass(frozen=True)

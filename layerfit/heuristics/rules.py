@@ -15,6 +15,7 @@ from layerfit.domain.plan import Reason, ReasonKind, Severity
 from layerfit.heuristics.context import Context, Skip, StrategyResult
 from layerfit.heuristics.notes import Action, Level, Note, gib
 from layerfit.heuristics.views import Selection
+from layerfit.memory import claims
 
 SkipRule = Callable[[Context, Action], Skip | None]
 
@@ -31,15 +32,29 @@ def selection_in_force(deployment: Deployment) -> tuple[Selection | None, tuple[
     return grouped, ()
 
 
-def precheck(ctx: Context) -> StrategyResult:
-    """Errors that rule out every strategy, and notes about adjusted parameters."""
+def precheck(ctx: Context, resources_checked: bool = True) -> StrategyResult:
+    """Errors that rule out every strategy, and notes about adjusted parameters.
+
+    In GPUStack's order: the ``-ngl`` error first, which ends the checks; the resource checks (nothing
+    allocatable, selected GPUs too small) only when ``resources_checked``, i.e. when some strategy
+    passes the switch, parameter and selection rules (GPUStack checks resources after those, per
+    strategy). Unknown workers and GPUs in the selection are always reported.
+    """
     reasons: list[Reason] = []
     notes: list[Note] = []
     for check in (_gpu_layers_capped, _gpu_layers_need_cpu, _nothing_allocatable, _selection_errors):
         found = check(ctx)
+        resource_check = check in (_nothing_allocatable, _selection_errors)
+        if resource_check and (not resources_checked or any(_shown(reason) for reason in reasons)):
+            found = [reason for reason in found if reason.kind in _INPUT_ERRORS]
         reasons.extend(found)
         notes.extend(_error_note(reason) for reason in found if _shown(reason))
     return StrategyResult(reasons=tuple(reasons), notes=tuple(notes))
+
+
+_INPUT_ERRORS = frozenset({ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU, ReasonKind.DISTRIBUTION_NOT_ALLOWED})
+"""Selection reasons kept whatever GPUStack would check: bad input, and the typed cause of a
+selection across workers without distribution."""
 
 
 def _shown(reason: Reason) -> bool:
@@ -75,15 +90,31 @@ def _gpu_layers_need_cpu(ctx: Context) -> list[Reason]:
 
 
 def _nothing_allocatable(ctx: Context) -> list[Reason]:
+    """No worker has anything allocatable: what GPUStack says then, in its words.
+
+    GPUStack searches on: a selection gets its no-allocatable-VRAM error, GPUs get its no-available-
+    resources note, and a cluster without GPUs the CPU advice. Shown as the pre-check error here.
+    """
     if ctx.workers:
         return []
-    message = "Insufficient resources for the model: no worker has allocatable VRAM or RAM."
+    if ctx.selection is not None:
+        message = f"Selected GPUs need at least {gib(ctx.local_floor(False))} GiB of available VRAM."
+    elif any(worker.gpus for worker in ctx.cluster.workers):
+        message = "No available resources for workers. Please check workers's available VRAM."
+    elif not ctx.cluster.workers:
+        message = "Insufficient resources for the model. Please check the available VRAM and RAM for the workers."
+    else:
+        cpu_only = claims(ctx.profile, ctx.evaluator.shape(0, (1.0,)))
+        message = (
+            f"The model requires approximately {gib(cpu_only.total_ram_bytes)} GiB RAM. "
+            f"The largest available worker provides {gib(0)} GiB RAM."
+        )
     return [Reason(kind=ReasonKind.NO_CANDIDATE, resource="workers", message=message)]
 
 
 def _selection_errors(ctx: Context) -> list[Reason]:
     refs = ctx.deployment.gpu_selection
-    if ctx.selection is None or refs is None:
+    if ctx.selection is None or refs is None or not ctx.workers:
         return []
     found = (_selected_gpu_error(ctx, ctx.cluster, ref.worker, ref.type, ref.index) for ref in refs)
     reasons = [reason for reason in found if reason is not None]
@@ -206,7 +237,7 @@ def has_usable_gpu(ctx: Context, action: Action) -> Skip | None:
         return None
     skip = _skip(action, ReasonKind.STRATEGY_SKIPPED, "vram", "no GPU has allocatable VRAM")
     if any(worker.gpus for worker in ctx.cluster.workers):
-        text = "No GPU has allocatable VRAM. Please check the workers' available VRAM."
+        text = "No available resources for workers. Please check workers's available VRAM."  # GPUStack's words
         note = Note(Level.INFO, Action.PRE_CHECK, text)
         return Skip(skip.reason, (note,))
     return skip
@@ -222,6 +253,10 @@ def two_usable_gpus(ctx: Context, action: Action) -> Skip | None:
     if len(ctx.gpus) >= 2:
         return None
     return _skip(action, ReasonKind.STRATEGY_SKIPPED, "vram", "fewer than two GPUs have allocatable VRAM")
+
+
+RESOURCE_RULES: tuple[SkipRule, ...] = (has_usable_gpu, two_gpu_workers, two_usable_gpus)
+"""The rules GPUStack applies after the switch, parameter and selection rules (its allocatable checks)."""
 
 
 def first_skip(ctx: Context, action: Action, rules: tuple[SkipRule, ...]) -> Skip | None:

@@ -50,7 +50,12 @@ def plan(
     )
     selection, reasons = rules.selection_in_force(deployment)
     ctx = build_context(cluster, deployment, resolve_profile(deployment, profile), config, selection, budget)
-    pre = rules.precheck(ctx)
+    resources_checked = any(
+        rules.first_skip(ctx, strategy.action, tuple(r for r in strategy.skip_rules if r not in rules.RESOURCE_RULES))
+        is None
+        for strategy in STRATEGIES
+    )
+    pre = rules.precheck(ctx, resources_checked)
     all_reasons: list[Reason] = [*reasons, *pre.reasons]
     notes: list[Note] = list(pre.notes)
     winner: Strategy | None = None

@@ -36,6 +36,12 @@ def rejection(ctx: Context, action: Action, where: Placement, n_gpu_layers: int)
     return needed, reasons
 
 
+def advised_need(ctx: Context, where: Placement, n_gpu_layers: int) -> Claims:
+    """What GPUStack's advice says a placement needs: discrete-memory claims (its ``nonuma``
+    figures), also on a unified-memory worker."""
+    return ctx.evaluator.claims(ctx.evaluator.layout(where, n_gpu_layers), frozenset())
+
+
 def no_candidate(action: Action, message: str, worker: str | None = None) -> Reason:
     return Reason(kind=ReasonKind.NO_CANDIDATE, strategy=action.value, message=message, worker=worker)
 

@@ -14,7 +14,7 @@ from layerfit.heuristics.context import Context, StrategyResult
 from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, gib, sentences
 from layerfit.heuristics.placement import placement
-from layerfit.heuristics.strategies.base import Strategy, rejection
+from layerfit.heuristics.strategies.base import Strategy, advised_need, rejection
 
 ACTION = Action.CPU_ONLY
 
@@ -30,7 +30,8 @@ def search(ctx: Context) -> StrategyResult:
     if found:
         return StrategyResult(found=tuple(found))
     richest = by_ram[0]
-    needed, reasons = rejection(ctx, ACTION, placement(richest, ()), 0)
+    _, reasons = rejection(ctx, ACTION, placement(richest, ()), 0)
+    needed = advised_need(ctx, placement(richest, ()), 0)
     advice = sentences(
         f"The model requires approximately {gib(needed.total_ram_bytes)} GiB RAM.",
         f"The largest available worker provides {gib(richest.ram_bytes)} GiB RAM.",

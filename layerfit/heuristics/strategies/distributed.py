@@ -93,16 +93,16 @@ def _combinations(
         return _selected_combination(ctx, remote, cap)
     if not pool:
         floor = ctx.rpc_floor(False)
-        advice = sentences(
-            f"The model requires approximately {gib(floor)} GiB VRAM per RPC server.",
-            "No remote GPU has enough VRAM to serve as an RPC server.",
+        advice = sentences(  # GPUStack's words
+            f"The model requires approximately {gib(floor)} GiB VRAM.",
+            "Current GPUs lacks enough VRAM to serve as an RPC server.",
         )
         return {}, _failure(Level.INFO, ReasonKind.INSUFFICIENT_VRAM, advice, needed=floor)
     if len(pool) > ctx.config.max_rpc_candidate_gpus:
         limit = ctx.config.max_rpc_candidate_gpus
-        warning = (
-            f"Too many candidate RPC servers ({len(pool)}, at most {limit} are searched); distributed deployment "
-            "is skipped. Select GPUs manually to distribute the model."
+        warning = (  # GPUStack's words: one line, although two sentences (see gpustack.messages)
+            f"Too many candidate RPC servers (max {limit} supported), skipping distributed deployment. "
+            "Use manual scheduling to select GPUs if needed."
         )
         return {}, _failure(Level.WARNING, ReasonKind.TOO_MANY_RPC_CANDIDATES, warning)
     counts = range(1, min(len(pool), cap) + 1)
@@ -132,7 +132,11 @@ def _selected_combination(ctx: Context, remote: tuple[GpuView, ...], cap: int) -
     for gpu in remote:
         floor = ctx.rpc_floor(gpu.unified)
         if gpu.vram_bytes < floor:
-            message = f"Selected GPU {gpu.ref} lacks enough VRAM to serve as an RPC server: at least {gib(floor)} GiB."
+            # GPUStack's words, with the GPU's id where GPUStack prints its worker and VRAM in bytes.
+            message = sentences(
+                f"The model in RPC requires approximately {gib(floor)} GiB VRAM.",
+                f"Selected GPU {gpu.ref} lacks enough VRAM to serve as an RPC server.",
+            )
             return {}, _failure(Level.ERROR, ReasonKind.INSUFFICIENT_VRAM, message, needed=floor, gpu=gpu)
     if len(remote) > cap:
         message = f"The selection needs {len(remote)} RPC servers; at most {cap} are allowed."
@@ -159,19 +163,25 @@ def _failure(
 
 
 def _no_main(ctx: Context) -> StrategyResult:
+    """Why there is no main worker, in GPUStack's words when no GPU can hold a layer. A main worker
+    short of RAM is layerfit's check (GPUStack takes the worker with the most VRAM, whose every
+    combination then fails unannounced): a typed reason, no note, so the messages stay GPUStack's."""
     vram_floor = ctx.local_floor(False)
-    holds_a_layer = [worker for worker in ctx.workers if can_hold_a_layer(ctx, worker.gpus)]
-    if ctx.selection is not None:
-        message = sentences(
-            f"Selected GPUs need at least {gib(vram_floor)} GiB of VRAM and their worker "
-            f"{gib(ctx.main_ram_floor)} GiB of RAM.",
-            "No selected worker can be the main server.",
-        )
-        return _failure(Level.ERROR, ReasonKind.NO_CANDIDATE, message)
+    holds_a_layer = [
+        worker
+        for worker in ctx.workers
+        if can_hold_a_layer(ctx, worker.gpus) and (ctx.selection is None or worker.name in ctx.selection)
+    ]
     if not holds_a_layer:
+        if ctx.selection is not None:
+            message = sentences(
+                f"Selected GPUs need at least {gib(vram_floor)} GiB of VRAM.",
+                "No suitable GPU found for the main server.",
+            )
+            return _failure(Level.ERROR, ReasonKind.NO_CANDIDATE, message)
         message = sentences(
             f"The model requires approximately {gib(vram_floor)} GiB VRAM.",
-            "No suitable main server: no GPU has enough VRAM to hold a single layer.",
+            "No suitable main server found, current GPUs lack enough VRAM to offload a single layer.",
         )
         return _failure(Level.INFO, ReasonKind.INSUFFICIENT_VRAM, message, needed=vram_floor)
     richest = max(worker.ram_bytes for worker in holds_a_layer)
@@ -183,7 +193,7 @@ def _no_main(ctx: Context) -> StrategyResult:
     reason = result.reasons[0].model_copy(
         update={"resource": "ram", "needed_bytes": ctx.main_ram_floor, "available_bytes": richest}
     )
-    return StrategyResult(reasons=(reason,), notes=result.notes)
+    return StrategyResult(reasons=(reason,))
 
 
 def _search_combinations(

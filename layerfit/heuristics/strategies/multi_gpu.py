@@ -22,6 +22,7 @@ from layerfit.heuristics.notes import Action, Level, Note, largest_worker, requi
 from layerfit.heuristics.placement import Placement, placement
 from layerfit.heuristics.strategies.base import (
     Strategy,
+    advised_need,
     can_hold_a_layer,
     rejection,
     room_for_layers,
@@ -93,25 +94,29 @@ def _advice(ctx: Context, worker: WorkerView | None) -> StrategyResult:
         reasons = (_tensor_split_reason(ctx),)
     if worker is None:
         return StrategyResult(reasons=reasons)
-    needed, capacity = rejection(ctx, ACTION, whole_worker(ctx, worker), ctx.n_layers)
+    where = whole_worker(ctx, worker)
+    _, capacity = rejection(ctx, ACTION, where, ctx.n_layers)
+    needed = advised_need(ctx, where, ctx.n_layers)
     vram, ram = needed.total_vram_bytes, needed.total_ram_bytes
     enough_overall = worker.vram_bytes > vram and worker.ram_bytes > ram
     advice = sentences(
         requirement(vram, ram),
         largest_worker(worker.vram_bytes, worker.ram_bytes),
-        "No combination of its GPUs holds the layers when splitting by layers." if enough_overall else "",
+        "Unable to find a combination of GPUs that satisfies the requirements when splitting by layers."
+        if enough_overall
+        else "",
     )
     return StrategyResult(reasons=(*reasons, *capacity), notes=(Note(Level.INFO, ACTION, advice),))
 
 
 def whole_worker(ctx: Context, worker: WorkerView) -> Placement:
-    """All of a worker's GPUs that may hold layers, split as the strategy splits them."""
+    """The placement GPUStack's advice prices: every GPU of the worker (the selected ones, with a
+    selection) in index order, split by allocatable VRAM; with ``--tensor-split``, its devices."""
     if ctx.tensor_split is not None:
         devices = tensor_split_devices(worker, ctx.tensor_split, ctx.selection is not None)
         if devices is not None:
             return placement(worker, devices, ctx.tensor_split)
-    held = worker.gpus if ctx.selection is not None else can_hold_a_layer(ctx, worker.gpus)
-    return placement(worker, held or worker.gpus)
+    return placement(worker, tuple(sorted(worker.gpus, key=lambda gpu: gpu.index)))
 
 
 def _tensor_split_reason(ctx: Context) -> Reason:

@@ -23,7 +23,14 @@ from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, largest_worker, requirement, sentences
 from layerfit.heuristics.placement import placement
 from layerfit.heuristics.search import largest_fitting
-from layerfit.heuristics.strategies.base import Strategy, can_hold_a_layer, no_candidate, rejection, room_for_layers
+from layerfit.heuristics.strategies.base import (
+    Strategy,
+    advised_need,
+    can_hold_a_layer,
+    no_candidate,
+    rejection,
+    room_for_layers,
+)
 from layerfit.heuristics.strategies.multi_gpu import device_groups, whole_worker
 from layerfit.heuristics.views import WorkerView
 
@@ -110,11 +117,13 @@ def _worker_multi_gpu(ctx: Context, worker: WorkerView, lo: int, hi: int) -> lis
 
 def _advice(ctx: Context, layers: int) -> StrategyResult:
     worker = ctx.workers[0]
-    needed, reasons = rejection(ctx, ACTION, whole_worker(ctx, worker), layers)
+    where = whole_worker(ctx, worker)
+    _, reasons = rejection(ctx, ACTION, where, layers)
     what = "a single layer" if layers == 1 else f"{layers} layers"
     summary = no_candidate(ACTION, f"no GPU or GPU combination of one worker holds {what}", worker=worker.name)
     if ctx.gpu_layers is None:
         return StrategyResult(reasons=(*reasons, summary))
+    needed = advised_need(ctx, where, layers)
     vram, ram = needed.total_vram_bytes, needed.total_ram_bytes
     enough_overall = worker.vram_bytes > vram and worker.ram_bytes > ram
     # GPUStack's words: its second line runs on past a full stop (see gpustack.messages).

@@ -12,7 +12,7 @@ from layerfit.heuristics import rules
 from layerfit.heuristics.context import Context, StrategyResult
 from layerfit.heuristics.notes import Action, Level, Note, gib, requirement, sentences
 from layerfit.heuristics.placement import placement
-from layerfit.heuristics.strategies.base import Strategy, rejection
+from layerfit.heuristics.strategies.base import Strategy, advised_need, rejection
 
 ACTION = Action.SINGLE_GPU
 
@@ -27,7 +27,9 @@ def search(ctx: Context) -> StrategyResult:
     if found:
         return StrategyResult(found=tuple(found))
     largest = ctx.gpus[0]
-    needed, reasons = rejection(ctx, ACTION, placement(ctx.worker(largest.worker), (largest,)), total)
+    where = placement(ctx.worker(largest.worker), (largest,))
+    _, reasons = rejection(ctx, ACTION, where, total)
+    needed = advised_need(ctx, where, total)
     advice = sentences(
         requirement(needed.total_vram_bytes, needed.total_ram_bytes),
         f"The available GPU has {gib(largest.vram_bytes)} GiB VRAM and {gib(largest.worker_ram_bytes)} GiB RAM.",
