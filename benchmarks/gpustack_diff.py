@@ -440,6 +440,8 @@ def documented(case: Scenario, theirs: Outcome, ours: Outcome, kinds: list[str])
         return "single-gpu-ram-stop"
     if set(kinds) <= {"set-superset", "set-different", "best"} and partial and not only_theirs:
         return "partial-every-candidate"
+    if kinds == ["layers-more"] and ours.candidates and not ours.candidates[0].rpc and len(ours.candidates[0].gpus) > 2:
+        return "partial-every-candidate"  # GPUStack stops at a GPU count that adds no layers
     if "distributed" in case.tags and (
         set(kinds) & {"found-only-layerfit", "layers-more"}
         or (only_ours and all(c.rpc for c in only_ours) and not any(c.rpc for c in theirs.candidates))

@@ -759,3 +759,16 @@ def test_one_layer_floor_is_gpustacks() -> None:
     dep = deployment(select=("a:cuda:1",)).model_copy(update={"profile": profile})
     result = plan(target, dep, PlannerConfig(), profile)
     assert result.messages == ("Selected GPU a:cuda:1 lacks enough VRAM. At least 3.50 GiB is required.",)
+
+
+def test_distributed_main_gpu_left_idle_by_the_split() -> None:
+    # Neither worker holds 11 layers alone (a: 3 GPUs need 600 + 1050 = 1650 > 1550; b: 1250 >
+    # 1240), so b's GPU serves RPC and main a uses all its GPUs, split by VRAM [1240, 650, 650, 250].
+    # a:2's share 250/2790 is under 1/11, so llama.cpp gives it no layer: b 5 blocks (700 VRAM),
+    # a:0 3 blocks (500), a:1 2 blocks and the output layer (450). GPUStack keeps a:2 idle; the
+    # heuristic did not try the main worker with fewer GPUs and found nothing.
+    result = run(
+        cluster(worker("a", 650, 650, 250), worker("b", 1240)),
+        deployment(distributed_inference_across_workers=True, cpu_offloading=False),
+    )
+    assert placed(result) == (StrategyClass.DISTRIBUTED, (("b", 0, 5), ("a", 0, 3), ("a", 1, 2)), True)

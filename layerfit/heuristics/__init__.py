@@ -25,10 +25,16 @@ Fixed on purpose:
 * single-GPU partial offload returns every GPU reaching the most layers, not one per worker;
 * a manual selection is never left: a ``--tensor-split`` maps onto the selected GPUs instead of
   overriding the selection (``layerfit.selection``);
-* the RPC search is budgeted (``heuristics.budget``) instead of trying every combination.
+* the RPC search is budgeted (``heuristics.budget``) instead of trying every combination;
+* a unified-memory worker's RAM and VRAM claims must fit its one pool together in every strategy
+  (GPUStack's distributed search checks them one at a time, and can over-commit the pool).
 
-Also different: CPU only is tried with a ``--tensor-split`` (llama.cpp ignores the split when no
-layer is on a GPU), and a combination whose split leaves one of its GPUs without a layer counts as the smaller one.
+Also different: every combination of a worker's equally sized GPUs is returned (GPUStack keeps
+the first two); CPU only is tried with a ``--tensor-split`` (llama.cpp ignores the split when no
+layer is on a GPU), and a combination whose split leaves one of its GPUs without a layer counts as
+the smaller one (except a distributed main worker's GPUs, which stay idle, as in GPUStack). The
+README's "Differences from GPUStack's selector" lists every difference ``benchmarks/gpustack_diff.py``
+finds, with its reason.
 """
 
 from layerfit.heuristics.selector import plan

@@ -10,7 +10,9 @@ comparison mirrors ``check.capacity_reasons`` (VRAM per device; RAM, or the sing
 unified-memory worker, per worker); the property tests hold the three equal.
 
 A placement whose split leaves a GPU with a share but without a layer does not fit: that layout
-belongs to the smaller placement without the GPU, which the strategies try on its own.
+belongs to the smaller placement without the GPU, which the strategies try on its own. The one
+exception is a distributed main worker's GPUs (``Placement.main_gpus_may_idle``): they are all of
+its GPUs, no smaller set is tried, and GPUStack too leaves one the split gives nothing idle.
 """
 
 from __future__ import annotations
@@ -109,7 +111,11 @@ class Evaluator:
         with_share = sum(1 for share in where.shares if share > 0)
         if with_share == 0:
             return False
-        return len(self.shape(n_gpu_layers, where.shares).devices) == with_share
+        used = {device.gpu_index for device in self.shape(n_gpu_layers, where.shares).devices}
+        if where.main_gpus_may_idle:
+            needed = {i for i, share in enumerate(where.shares) if share > 0 and where.tokens[i] != 0}
+            return needed <= used and bool(used)
+        return len(used) == with_share
 
     def devices_overhead(self, devices: tuple[GpuView, ...]) -> int:
         """The least the devices cost together besides their layers (each holds at least one)."""

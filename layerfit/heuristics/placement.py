@@ -37,9 +37,18 @@ class Placement:
     worker_names: tuple[str, ...]
     worker_ram_bytes: tuple[int, ...]
     worker_unified: tuple[bool, ...]
+    main_gpus_may_idle: bool = False
+    """The main worker's GPUs are fixed (all of them, in a distributed layout): one the split leaves
+    without a layer stays idle, as in GPUStack, since no smaller placement is tried instead."""
 
 
-def placement(main: WorkerView, devices: tuple[GpuView, ...], shares: tuple[float, ...] | None = None) -> Placement:
+def placement(
+    main: WorkerView,
+    devices: tuple[GpuView, ...],
+    shares: tuple[float, ...] | None = None,
+    *,
+    main_gpus_may_idle: bool = False,
+) -> Placement:
     """A placement; ``shares`` default to the devices' allocatable VRAM (GPUStack's split)."""
     names = [main.name]
     ram = [main.ram_bytes]
@@ -59,6 +68,7 @@ def placement(main: WorkerView, devices: tuple[GpuView, ...], shares: tuple[floa
         worker_names=tuple(names),
         worker_ram_bytes=tuple(ram),
         worker_unified=tuple(unified),
+        main_gpus_may_idle=main_gpus_may_idle,
     )
 
 

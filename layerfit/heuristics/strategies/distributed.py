@@ -81,7 +81,10 @@ def search(ctx: Context) -> StrategyResult:
 
 
 def _placement(ctx: Context, main: WorkerView, rpc: tuple[GpuView, ...], main_gpus: tuple[GpuView, ...]) -> Placement:
-    return placement(main, rpc + main_gpus, ctx.tensor_split)
+    """RPC servers first, then the main worker's GPUs. A main GPU the VRAM split leaves without a
+    layer stays idle (a user ``-ts`` and a selection fix every device, so there it may not)."""
+    idle = ctx.tensor_split is None and ctx.selection is None
+    return placement(main, rpc + main_gpus, ctx.tensor_split, main_gpus_may_idle=idle)
 
 
 def _combinations(
@@ -260,7 +263,7 @@ def _fits(
             continue
         if not ctx.budget.spend_rpc_combination():
             return
-        where = placement(main, rpc + main_gpus, ctx.tensor_split)
+        where = _placement(ctx, main, rpc, main_gpus)
         verdict = largest_fitting(partial(ctx.evaluate, where), lo, most, monotone=False, hopeless=ctx.hopeless)
         if verdict is not None:
             if rising:
