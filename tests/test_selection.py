@@ -136,4 +136,5 @@ def test_a_tensor_split_does_not_let_a_whole_selection_go_cpu_only() -> None:
         reasons = check_layout(cluster, deployment, SMALL, cpu_only, CONFIG)
         assert ReasonKind.SELECTION_IGNORED in [reason.kind for reason in reasons]
         pool = CONFIG.model_copy(update={"selection_is_pool": True})
-        assert ReasonKind.SELECTION_IGNORED not in [r.kind for r in check_layout(cluster, deployment, SMALL, cpu_only, pool)]
+        pooled = check_layout(cluster, deployment, SMALL, cpu_only, pool)
+        assert ReasonKind.SELECTION_IGNORED not in [reason.kind for reason in pooled]

@@ -209,7 +209,9 @@ def test_presolve_does_not_prove_a_layout_that_fits_infeasible() -> None:
 
     def worker(name: str, ram: int, vram: tuple[int, ...]) -> Worker:
         gpus = tuple(Gpu(index=i, total_vram_bytes=v, allocatable_vram_bytes=v) for i, v in enumerate(vram))
-        return Worker(id=int(name[1:]), name=name, unified_memory=True, total_ram_bytes=ram, allocatable_ram_bytes=ram, gpus=gpus)
+        return Worker(
+            id=int(name[1:]), name=name, unified_memory=True, total_ram_bytes=ram, allocatable_ram_bytes=ram, gpus=gpus
+        )
 
     where = Cluster(
         workers=(
