@@ -216,6 +216,24 @@ def single_worker_ordered_layers(instance: Instance, worker: int, gpus: int, lay
     return ordered_layers(instance, tuple(capacity - local for capacity in capacities), main - local)
 
 
+def single_worker_reaches(instance: Instance, worker: int, gpus: int, layers: int) -> bool:
+    """Whether both single-worker bounds let ``worker`` alone hold ``layers`` GPU layers on ``gpus``
+    of its GPUs (``single_worker_layers``, then ``single_worker_ordered_layers``)."""
+    return (
+        single_worker_layers(instance, worker, gpus) >= layers
+        and single_worker_ordered_layers(instance, worker, gpus, layers) >= layers
+    )
+
+
+def single_worker_mains(instance: Instance, gpus: int, layers: int) -> frozenset[int]:
+    """The main workers that the bounds let hold ``layers`` GPU layers alone on ``gpus`` GPUs."""
+    return frozenset(
+        w
+        for w, view in enumerate(instance.workers)
+        if view.main_ok and single_worker_reaches(instance, w, gpus, layers)
+    )
+
+
 def ordered_layers(instance: Instance, rooms: tuple[int, ...], last_extra: int = 0) -> int:
     """An upper bound on the GPU layers devices with these rooms (capacity less a fixed cost) hold
     together, in the best order: an exact search over the orders of the devices, each taking the

@@ -17,6 +17,7 @@ from layerfit.solver.bounds import (
     ordered_layers,
     single_worker_layers,
     single_worker_ordered_layers,
+    single_worker_reaches,
 )
 from layerfit.solver.gpu_count import all_rooms, coarse_rooms, fewest_gpus
 from layerfit.solver.instance import Instance
@@ -31,10 +32,7 @@ def may_reach(instance: Instance, layers: int) -> bool:
         if not view.main_ok:
             continue
         for k in range(1, instance.local_slots + 1):
-            if (
-                single_worker_layers(instance, w, k) >= layers
-                and single_worker_ordered_layers(instance, w, k, layers) >= layers
-            ):
+            if single_worker_reaches(instance, w, k, layers):
                 return True
     for workers in range(2, instance.rpc_slots + 2):
         mains, rpc = multi_worker_candidates(instance, workers, layers)

@@ -18,8 +18,7 @@ from layerfit.domain.plan import Status
 from layerfit.solver.bounds import (
     most_remote_gpus,
     multi_worker_candidates,
-    single_worker_layers,
-    single_worker_ordered_layers,
+    single_worker_mains,
 )
 from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.gpu_count import fewest_gpus
@@ -49,13 +48,7 @@ def single_worker_step(
     for k in gpu_counts:
         if k > instance.local_slots:
             break
-        mains = frozenset(
-            w
-            for w, view in enumerate(instance.workers)
-            if view.main_ok
-            and single_worker_layers(instance, w, k) >= ceiling
-            and single_worker_ordered_layers(instance, w, k, ceiling) >= ceiling
-        )
+        mains = single_worker_mains(instance, k, ceiling)
         if not mains:
             continue
         built = build_model(instance.restricted(rpc_slots=0, local_slots=k, mains=mains))

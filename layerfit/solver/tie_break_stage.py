@@ -20,7 +20,7 @@ from ortools.sat.python import cp_model
 
 from layerfit.domain.config import PlannerConfig, Policy
 from layerfit.domain.layout import Layout
-from layerfit.solver.bounds import single_worker_layers, single_worker_ordered_layers
+from layerfit.solver.bounds import single_worker_mains
 from layerfit.solver.build import BuiltModel, build_model
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, tie_break
@@ -94,13 +94,7 @@ def tie_break_stage(
     gpus = outcome.gpus
     mains = None
     if outcome.workers == 1 and gpus > 0:
-        mains = frozenset(
-            w
-            for w, view in enumerate(candidates.workers)
-            if view.main_ok
-            and single_worker_layers(candidates, w, gpus) >= outcome.layers
-            and single_worker_ordered_layers(candidates, w, gpus, outcome.layers) >= outcome.layers
-        )
+        mains = single_worker_mains(candidates, gpus, outcome.layers)
     instance = candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus, mains=mains)
     known = _known(instance, outcome, config, clock, hint, bound=shortcuts)
     if shortcuts and gpus > 0 and (known.met or too_large(instance)):
