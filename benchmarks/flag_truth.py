@@ -97,6 +97,34 @@ CASES: tuple[tuple[str, Config], ...] = (
     (GEMMA, Config("rpc1swafull", 8192, 99, 1, ("--swa-full",))),
 )
 
+DEVICE_CASES: tuple[tuple[str, Config], ...] = (
+    # tensor overrides that keep nothing on the host still turn pipeline parallelism off
+    ("llama-q4_0", Config("rpc2otnone", 4096, 99, 2, ("-ts", "1,1", "-ot", "nomatch=CPU"))),
+    ("qwen3moe-q8_0", Config("rpc2otnone", 2048, 99, 2, ("-ts", "1,1", "-ot", r"blk\.99\.ffn_up_exps=CPU"))),
+    ("qwen3moe-q8_0", Config("rpc2ncmoe0", 2048, 99, 2, ("-ts", "1,1", "--n-cpu-moe", "0"))),  # no override
+    ("deepseek2-q8_0", Config("rpc3ncmoe1", 2048, 99, 3, ("-ts", "1,1,1", "--n-cpu-moe", "1"))),  # a dense block
+    # a device given a zero share: llama.cpp counts it, it holds nothing
+    ("llama-q4_0", Config("rpc2ts10", 4096, 99, 2, ("-ts", "1,0"))),
+    ("llama-q4_0", Config("rpc3ts011", 4096, 99, 3, ("-ts", "0,1,1"))),
+    ("llama-q4_0", Config("rpc3ts101", 4096, 99, 3, ("-ts", "1,0,1"))),
+    ("llama-q4_0", Config("rpc2ts01half", 4096, 3, 2, ("-ts", "0,1"))),
+    ("gemma3-q4_k", Config("rpc3ts101", 8192, 99, 3, ("-ts", "1,0,1"))),
+    ("qwen3moe-q8_0", Config("rpc2ts01", 2048, 99, 2, ("-ts", "0,1"))),
+    ("qwen3moe-q8_0", Config("rpc2ts01ncmoe2", 2048, 99, 2, ("-ts", "0,1", "--n-cpu-moe", "2"))),
+    # the KV cache kept in host memory
+    ("llama-q4_0", Config("rpc1nkvo", 4096, 99, 1, ("-nkvo",))),
+    ("llama-q4_0", Config("rpc1nkvo", 16384, 99, 1, ("-nkvo",))),
+    ("llama-q4_0", Config("rpc1nkvofa0", 4096, 99, 1, ("-nkvo", "-fa", "off"))),
+    ("llama-q4_0", Config("rpc2nkvo", 4096, 99, 2, ("-ts", "1,1", "-nkvo"))),
+    ("llama-q4_0", Config("rpc1halfnkvo", 4096, 3, 1, ("-nkvo",))),
+    ("llama-q4_0", Config("cpunkvo", 4096, 0, 0, ("-nkvo",))),
+    ("gemma3-q4_k", Config("rpc1nkvo", 8192, 99, 1, ("-nkvo",))),
+    ("qwen3moe-q8_0", Config("rpc1nkvo", 2048, 99, 1, ("-nkvo",))),
+    ("mamba2-f16", Config("rpc1nkvo", 4096, 99, 1, ("-nkvo",))),
+)
+"""``--cases devices``: what llama.cpp does with the devices it is given (recorded in ``cpu-devices.csv``)."""
+GROUPS = {"flags": CASES, "devices": DEVICE_CASES}
+
 
 def _spec(name: str) -> ModelSpec:
     """The model's spec (gemma-3-270m: the gemma3 architecture model's, which only chooses the tool)."""
@@ -125,11 +153,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-cpp", type=Path, required=True, help="directory of the CPU build")
     parser.add_argument("--output", type=Path, required=True, help="CSV to write")
+    parser.add_argument("--cases", choices=sorted(GROUPS), default="flags", help="which runs (default: flags)")
     args = parser.parse_args()
+    cases = GROUPS[args.cases]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        paths = {name: _model_file(scratch, name) for name in dict.fromkeys(n for n, _ in CASES)}
-        for name, config in CASES:
+        paths = {name: _model_file(scratch, name) for name in dict.fromkeys(n for n, _ in cases)}
+        for name, config in cases:
             try:
                 extra, log = run_config(args.llama_cpp, paths[name], _spec(name), config)
             except RuntimeError as failed:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from layerfit.domain import ComputeBuffer, DeviceAssignment, Layout, MemoryProfile, OffloadOrder, RoleCosts
+from layerfit.domain import ComputeBuffer, DeviceAssignment, DeviceRole, Layout, MemoryProfile, OffloadOrder, RoleCosts
 from layerfit.errors import InputError
 from layerfit.memory import (
     claims,
@@ -181,3 +181,31 @@ def test_layout_rejects_rpc_after_local_and_empty_devices() -> None:
         Layout(main_worker="a", n_blocks=4, devices=(dev("a", 0, 0), dev("a", 1, 2)), output_offloaded=True)
     with pytest.raises(ValueError, match="appears twice"):
         Layout(main_worker="a", n_blocks=4, devices=(dev("a", 0, 1), dev("a", 0, 2)), output_offloaded=True)
+
+
+def test_a_multi_device_full_offload_without_pipeline_parallelism() -> None:
+    """With pipeline parallelism off (a tensor override), two devices each cost their partial-offload
+    buffer and no input copies, and the host its single-device buffer; the solver's costs follow."""
+    from layerfit.memory import device_compute_bytes, main_host_overhead_bytes
+    from layerfit.solver.costs import memory_costs
+
+    compute = ComputeBuffer(full_offload_bytes=100, partial_offload_bytes=300, multi_device_bytes=200)
+    pipelined = MemoryProfile.uniform(
+        4,
+        10,
+        1,
+        compute=compute,
+        host_compute=ComputeBuffer(full_offload_bytes=10, partial_offload_bytes=30, multi_device_bytes=40),
+    ).model_copy(update={"first_device_compute_bytes": 7})
+    plain = pipelined.model_copy(update={"pipeline_parallel": False})
+    layout = Layout(main_worker="a", n_blocks=4, devices=(dev("a", 0, 2), dev("a", 1, 2)), output_offloaded=True)
+    assert [d.compute_bytes for d in claims(pipelined, layout).devices] == [207, 200]
+    assert claims(pipelined, layout).workers[0].compute_bytes == 40
+    assert [d.compute_bytes for d in claims(plain, layout).devices] == [300, 300]
+    assert claims(plain, layout).workers[0].compute_bytes == 10
+    one = Layout(main_worker="a", n_blocks=4, devices=(dev("a", 0, 4),), output_offloaded=True)
+    assert [d.compute_bytes for d in claims(plain, one).devices] == [100]
+    common = {"partial": False, "unified_worker": False, "holds_output": False, "first_device": True}
+    assert device_compute_bytes(plain, DeviceRole.LOCAL, **common) == 300  # device count unknown: the larger
+    assert main_host_overhead_bytes(plain, partial=False, output_offloaded=True, has_main_gpu=True) == 10
+    assert memory_costs(plain).first_device == 0

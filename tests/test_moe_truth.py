@@ -50,9 +50,11 @@ def comparisons(run: Run, path: Path) -> Iterator[Comparison]:
             host = needed.workers[0]
             weights = host.weight_bytes + host.embedding_bytes + host.output_bytes + host.expert_bytes + offset
             ours = (weights, host.kv_bytes, host.compute_bytes)
-        else:
+        elif name in interpretation.positions:
             device = needed.devices[interpretation.positions[name]]
             ours = (device.weight_bytes + device.output_bytes, device.kv_bytes, device.compute_bytes)
+        else:
+            ours = (0, 0, 0)  # a device llama.cpp was given and left without layers
         truth = (measured.model_mib, measured.context_mib, measured.compute_mib)
         for quantity, estimate, value in zip(("weights", "kv", "compute"), ours, truth, strict=True):
             yield Comparison(run.id, name, quantity, estimate / MiB, value, 0.01)

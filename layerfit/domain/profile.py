@@ -159,6 +159,12 @@ class MemoryProfile(Frozen):
     not sit on top of its largest buffer: gemma3n); ``None``: ``output_compute_bytes`` in every state."""
     first_device_compute_bytes: Bytes = 0
     """Extra compute on the first device when a full offload spans several devices (input copies)."""
+    pipeline_parallel: bool = True
+    """Whether llama.cpp runs a full offload over several devices with pipeline parallelism (the
+    multi-device figures, the first device's input copies). ``False`` when the options turn it off:
+    any tensor override (``-ot``, ``--cpu-moe``, ``--n-cpu-moe N>0``), even one matching no tensor
+    (measured). Each device then reserves its buffer once, as in a partial offload, and the host its
+    single-device figure."""
     host_output_weight_bytes: Bytes | None = None
     """RAM of the output layer when it stays on the host; default ``output_weight_bytes`` (a tied
     embedding costs nothing more there: the host reuses the token embedding)."""

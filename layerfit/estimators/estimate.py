@@ -274,6 +274,7 @@ def estimate_profile(
             output_compute_bytes=compute.output,
             output_compute=compute.output_by_state,
             first_device_compute_bytes=compute.first_device,
+            pipeline_parallel=not expert_flags(params).patterns(),
             host_output_compute_bytes=compute.host_output,
             op_offload_compute_bytes=compute.op_offload + shape.output_layer_bytes if compute.op_offload else 0,
             op_offload_host_compute_bytes=compute.op_offload_host,

@@ -57,8 +57,40 @@ def device_compute_bytes(
     they allow is returned. ``kinds`` (``kinds.range_kinds`` of the device's blocks; ``None``: not
     modelled) lowers the figure to that of a device holding only those layer kinds;
     ``keeps_scan=False`` (``kinds.keeps_scan``) takes the recurrent scan off a device after the first
-    of a multi-device full offload.
+    of a multi-device full offload. Without pipeline parallelism (``MemoryProfile.pipeline_parallel``)
+    a multi-device full offload costs each device its partial-offload buffer (measured: the same
+    buffers as with experts kept on the host).
     """
+
+    def state(partial: bool, multi_device: bool | None) -> int:
+        return _device_compute(
+            profile,
+            role,
+            (partial, unified_worker, holds_output),
+            multi_device=multi_device,
+            first_device=first_device,
+            host_blocks=host_blocks,
+            kinds=kinds,
+            keeps_scan=keeps_scan,
+        )
+
+    if partial or multi_device is False or profile.pipeline_parallel:
+        return state(partial, multi_device)
+    several = state(True, True)
+    return several if multi_device else max(several, state(False, False))
+
+
+def _device_compute(
+    profile: MemoryProfile, role: DeviceRole, flags: tuple[bool, bool, bool], **place: Unpack[DevicePlace]
+) -> int:
+    """``device_compute_bytes`` in the offload state given; ``flags``: (partial, unified worker, holds output)."""
+    partial, unified_worker, holds_output = flags
+    multi_device, first_device, host_blocks = (
+        place.get("multi_device"),
+        place.get("first_device"),
+        place.get("host_blocks"),
+    )
+    kinds, keeps_scan = place.get("kinds"), place.get("keeps_scan")
     may_be_first = first_device if first_device is not None else role is not DeviceRole.MAIN
     pipeline_first = not partial and multi_device is not False and may_be_first
     drops_scan = not partial and multi_device is True and first_device is False and keeps_scan is False
@@ -149,6 +181,8 @@ def main_host_overhead(
     layout keeps only experts there (``host_experts_compute_bytes``). The host's buffer does not follow
     the kinds of the blocks it keeps (measured: a host without attention blocks still holds the masks)."""
     kept_output = not output_offloaded
+    if not partial and not profile.pipeline_parallel:
+        multi_device = False  # the host's buffer is the single-device one (measured)
     fallback = profile.flash_attn_fallback
     fallback_bytes = fallback.host_extra_bytes if partial and fallback and fallback.applies(host_blocks) else 0
     experts_only = partial and host_blocks == 0 and not kept_output  # only GPU blocks' experts on the host
@@ -159,9 +193,7 @@ def main_host_overhead(
         fixed_bytes=profile.host_fixed_bytes + (0 if has_main_gpu else profile.extra_main_gpu_bytes),
         embedding_bytes=profile.token_embedding_bytes,
         output_bytes=profile.host_output_bytes if kept_output else 0,
-        compute_bytes=host_buffer
-        + (profile.host_output_compute_bytes if kept_output else 0)
-        + fallback_bytes,
+        compute_bytes=host_buffer + (profile.host_output_compute_bytes if kept_output else 0) + fallback_bytes,
     )
 
 
