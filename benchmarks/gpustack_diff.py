@@ -430,6 +430,9 @@ def documented(case: Scenario, theirs: Outcome, ours: Outcome, kinds: list[str])
         return "tensor-split"
     if any(0 in c.vram or 0 in c.rpc_vram for c in only_theirs):
         return "idle-gpu"  # GPUStack's split left a GPU of its candidate without a layer
+    idle_selected = [c for c in theirs.candidates if c.key in our_keys and (0 in c.vram or 0 in c.rpc_vram)]
+    if idle_selected and set(kinds) <= {"claims", "split", "rpc-layers", "score", "best"}:
+        return "idle-gpu"  # the same candidate, its idle selected GPU given a layer
     unified = {w["name"] for w in case.workers if w["unified"]}
     if only_theirs and all(c.rpc and ({c.main} | {w for w, _ in c.rpc}) & unified for c in only_theirs):
         return "unified-pool"  # GPUStack's distributed check leaves a unified worker's RAM out of its pool

@@ -288,3 +288,54 @@ def test_messages_match_gpustacks_when_nothing_fits(monkeypatch: pytest.MonkeyPa
     ours = LayerfitGGUFSelector(model, [], None, resource_view=ResourceView([]), profile=profile, config=config)
     assert asyncio.run(ours.select_candidates(workers()[:2])) == []
     assert ours.get_messages() == theirs.get_messages()
+
+
+def test_selected_gpu_the_vram_split_leaves_empty_is_placed_as_gpustack_places_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # -ngl 5 over the selected 20, 20 and 4 GiB GPUs: GPUStack's VRAM split gives GPU 2 no layer,
+    # and its selector places the candidate with GPU 2 reserved at claim 0. layerfit places the same
+    # candidate (worker, GPUs, layers, RAM) with GPU 2 given a layer, as a selection used whole is.
+    from gpustack.policies.candidate_selectors import gguf_resource_fit_selector as gguf_module
+
+    def gpu(index: int, gib: int) -> dict[str, Any]:
+        return {"index": index, "name": "gpu", "type": "cuda", "memory": {"total": gib * GiB}}
+
+    data = {
+        "id": 1,
+        "name": "w",
+        "ip": "10.0.0.1",
+        "ifname": "eth0",
+        "system_reserved": {"ram": 0, "vram": 0},
+        "status": {
+            "memory": {"total": 64 * GiB, "is_unified_memory": False},
+            "gpu_devices": [gpu(0, 20), gpu(1, 20), gpu(2, 4)],
+        },
+    }
+    profile = MemoryProfile.uniform(
+        10, 9 * GiB // 10, GiB // 10, output_weight_bytes=GiB // 2, gpu_fixed_bytes=2 * GiB, host_fixed_bytes=GiB
+    )
+    table = ParserTable(profile)
+    monkeypatch.setattr(gguf_module, "calculate_gguf_model_resource_claim", table)
+    model = gguf_model(
+        backend_parameters=["-ngl", "5"],
+        distributed_inference_across_workers=False,
+        gpu_selector=GPUSelector(gpu_ids=["w:cuda:0", "w:cuda:1", "w:cuda:2"]),
+    )
+    theirs = asyncio.run(
+        gguf_module.GGUFResourceFitSelector(model, [], None, resource_view=ResourceView([])).select_candidates(
+            [real_worker(data)]
+        )
+    )
+    config = PlannerConfig(offload_order=OffloadOrder.OUTPUT_LAST, time_limit_s=2)
+    selector = LayerfitGGUFSelector(model, [], None, resource_view=ResourceView([]), profile=profile, config=config)
+    ours = asyncio.run(selector.select_candidates([real_worker(data)]))
+
+    def key(candidate: Any) -> tuple[Any, ...]:
+        claim = candidate.computed_resource_claim
+        return candidate.worker.name, sorted(candidate.gpu_indexes), claim.offload_layers, claim.ram
+
+    assert [key(c) for c in theirs] == [key(c) for c in ours] == [("w", [0, 1, 2], 5, key(theirs[0])[3])]
+    assert theirs[0].computed_resource_claim.vram[2] == 0
+    assert all(ours[0].computed_resource_claim.vram[i] > 0 for i in (0, 1, 2))
+    assert sorted(ours[0].computed_resource_claim.tensor_split) == [1, 2, 2]

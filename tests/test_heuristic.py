@@ -772,3 +772,38 @@ def test_distributed_main_gpu_left_idle_by_the_split() -> None:
         deployment(distributed_inference_across_workers=True, cpu_offloading=False),
     )
     assert placed(result) == (StrategyClass.DISTRIBUTED, (("b", 0, 5), ("a", 0, 3), ("a", 1, 2)), True)
+
+
+def test_selected_gpu_left_empty_by_the_vram_split_takes_a_layer() -> None:
+    # -ngl 5 over the selected [2000, 2000, 300]: the VRAM split gives 3, 2 and 0 layers (a:2's
+    # share 300/4300 is under 1/5). GPUStack 2.3.0 places this candidate with a:2 reserved and idle
+    # (claim 0, see test_gpustack_objects); the heuristic found nothing, since a whole selection's
+    # GPUs must all be used. Now a:2 takes a layer from a:0: 2 blocks, 2 blocks (layers 6-9), and
+    # the output layer, offloaded first, on a:2 (200 + 50 = 250 <= 300).
+    result = run(
+        cluster(worker("a", 2000, 2000, 300)),
+        deployment(ngl=5, select=("a:cuda:0", "a:cuda:1", "a:cuda:2")),
+    )
+    assert placed(result) == (StrategyClass.PARTIAL_OFFLOAD, (("a", 0, 2), ("a", 1, 2), ("a", 2, 0)), True)
+
+
+def test_selected_gpu_left_empty_at_full_offload_takes_a_layer() -> None:
+    # 11 layers over the selected [2000, 2000, 150 + 100]: a:2's share 250/4250 is under 1/11, so
+    # the VRAM split gives it nothing (6 + 5 layers on a:0, a:1); it takes one from a:0, which
+    # holds the most: a:0 5 blocks, a:1 5 blocks, a:2 the output layer (250).
+    result = run(
+        cluster(worker("a", 2000, 2000, 250)),
+        deployment(select=("a:cuda:0", "a:cuda:1", "a:cuda:2"), cpu_offloading=False),
+    )
+    assert placed(result) == (StrategyClass.MULTI_GPU, (("a", 0, 5), ("a", 1, 5), ("a", 2, 0)), True)
+
+
+def test_selected_rpc_gpu_left_empty_by_the_vram_split_takes_a_layer() -> None:
+    # Selected b:0 (2000) and c:0 (300) as RPC servers for main a [2100], split by VRAM in that
+    # order: c's share 300/4400 gives it none of 5 layers (b 3, a 2); GPUStack keeps it idle. Here
+    # it takes one from b: b blocks 6-7, c block 8 (200 + 100 = 300), a block 9 and the output.
+    result = run(
+        cluster(worker("a", 2100), worker("b", 2000), worker("c", 300)),
+        deployment(ngl=5, select=("a:cuda:0", "b:cuda:0", "c:cuda:0"), distributed_inference_across_workers=True),
+    )
+    assert placed(result) == (StrategyClass.DISTRIBUTED, (("b", 0, 2), ("c", 0, 1), ("a", 0, 1)), True)

@@ -32,7 +32,8 @@ Fixed on purpose:
 Also different: every combination of a worker's equally sized GPUs is returned (GPUStack keeps
 the first two); CPU only is tried with a ``--tensor-split`` (llama.cpp ignores the split when no
 layer is on a GPU), and a combination whose split leaves one of its GPUs without a layer counts as
-the smaller one (except a distributed main worker's GPUs, which stay idle, as in GPUStack). The
+the smaller one (except a distributed main worker's GPUs, which stay idle, as in GPUStack, and a
+manual selection's, where the empty GPU takes a layer from the GPU holding the most). The
 README's "Differences from GPUStack's selector" lists every difference ``benchmarks/gpustack_diff.py``
 finds, with its reason.
 """

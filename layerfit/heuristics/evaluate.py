@@ -12,7 +12,9 @@ unified-memory worker, per worker); the property tests hold the three equal.
 A placement whose split leaves a GPU with a share but without a layer does not fit: that layout
 belongs to the smaller placement without the GPU, which the strategies try on its own. The one
 exception is a distributed main worker's GPUs (``Placement.main_gpus_may_idle``): they are all of
-its GPUs, no smaller set is tried, and GPUStack too leaves one the split gives nothing idle.
+its GPUs, no smaller set is tried, and GPUStack too leaves one the split gives nothing idle. A
+manual selection's devices (``Placement.fill_every_device``) are all used: one the split leaves
+empty takes a layer from the device holding the most (``placement.filled_shape``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from itertools import product
 from layerfit.domain.config import OffloadOrder
 from layerfit.domain.layout import Claims, DeviceAssignment, Layout
 from layerfit.domain.profile import DeviceRole, MemoryProfile
-from layerfit.heuristics.placement import Placement, layer_shape
+from layerfit.heuristics.placement import Placement, filled_shape, layer_shape
 from layerfit.heuristics.views import GpuView
 from layerfit.memory import block_prefix_bytes, claims, device_overhead_bytes, is_partial, keeps_scan, range_kinds
 
@@ -86,6 +88,13 @@ class Evaluator:
     def shape(self, n_gpu_layers: int, shares: tuple[float, ...]) -> Layout:
         return layer_shape(self.profile.n_blocks, n_gpu_layers, shares, self.order)
 
+    def placement_shape(self, where: Placement, n_gpu_layers: int) -> Layout:
+        """The placement's canonical layout at ``-ngl n_gpu_layers`` (``Placement.fill_every_device``
+        applied)."""
+        if where.fill_every_device:
+            return filled_shape(self.profile.n_blocks, n_gpu_layers, where.shares, self.order)
+        return self.shape(n_gpu_layers, where.shares)
+
     def evaluate(self, where: Placement, n_gpu_layers: int) -> Verdict:
         """Fit of the placement at ``-ngl n_gpu_layers`` (same rule as ``check.capacity_reasons``)."""
         self.evaluations += 1
@@ -111,7 +120,7 @@ class Evaluator:
         with_share = sum(1 for share in where.shares if share > 0)
         if with_share == 0:
             return False
-        used = {device.gpu_index for device in self.shape(n_gpu_layers, where.shares).devices}
+        used = {device.gpu_index for device in self.placement_shape(where, n_gpu_layers).devices}
         if where.main_gpus_may_idle:
             needed = {i for i, share in enumerate(where.shares) if share > 0 and where.tokens[i] != 0}
             return needed <= used and bool(used)
@@ -127,7 +136,7 @@ class Evaluator:
         The same sum ``memory.claims`` makes for the device; checked first because it needs no
         claims, and ``claims`` stays the judge of every layout that passes.
         """
-        shape = self.shape(n_gpu_layers, where.shares)
+        shape = self.placement_shape(where, n_gpu_layers)
         prefix = self._prefix
         partial = is_partial(shape)
         several = len(shape.devices) > 1
@@ -212,7 +221,7 @@ class Evaluator:
 
     def need(self, where: Placement, n_gpu_layers: int) -> Need:
         """Bytes the placement needs, memoised on the canonical layout (blocks per position, tokens)."""
-        shape = self.shape(n_gpu_layers, where.shares)
+        shape = self.placement_shape(where, n_gpu_layers)
         blocks = tuple((device.gpu_index, device.blocks) for device in shape.devices)
         key = (shape.cpu_blocks, blocks, shape.output_offloaded, where.tokens, where.worker_unified)
         cached = self._needs.get(key)
@@ -251,7 +260,7 @@ class Evaluator:
 
     def layout(self, where: Placement, n_gpu_layers: int) -> Layout:
         """The real layout (worker names, GPU indexes) of a placement at ``-ngl n_gpu_layers``."""
-        shape = self.shape(n_gpu_layers, where.shares)
+        shape = self.placement_shape(where, n_gpu_layers)
         devices = tuple(
             DeviceAssignment(
                 worker=where.devices[device.gpu_index].worker,

@@ -40,6 +40,10 @@ class Placement:
     main_gpus_may_idle: bool = False
     """The main worker's GPUs are fixed (all of them, in a distributed layout): one the split leaves
     without a layer stays idle, as in GPUStack, since no smaller placement is tried instead."""
+    fill_every_device: bool = False
+    """The devices are a manual selection used whole: one the VRAM split leaves without a layer
+    takes one from the device with the most (``filled_shape``), so that every selected GPU is used
+    at the layer count GPUStack places (it keeps such a GPU reserved but idle)."""
 
 
 def placement(
@@ -48,6 +52,7 @@ def placement(
     shares: tuple[float, ...] | None = None,
     *,
     main_gpus_may_idle: bool = False,
+    fill_every_device: bool = False,
 ) -> Placement:
     """A placement; ``shares`` default to the devices' allocatable VRAM (GPUStack's split)."""
     names = [main.name]
@@ -69,7 +74,29 @@ def placement(
         worker_ram_bytes=tuple(ram),
         worker_unified=tuple(unified),
         main_gpus_may_idle=main_gpus_may_idle,
+        fill_every_device=fill_every_device,
     )
+
+
+@lru_cache(maxsize=1 << 16)
+def filled_shape(n_blocks: int, n_gpu_layers: int, shares: tuple[float, ...], order: OffloadOrder) -> Layout:
+    """``layer_shape``, with every device that has a share given at least one layer: each one the
+    split leaves empty takes a layer from the device holding the most (the first of equals). The
+    layer counts become the shares (llama.cpp's rule gives integer shares exactly those counts).
+    Unchanged when no device is left empty, or when there are fewer layers than such devices."""
+    shape = layer_shape(n_blocks, n_gpu_layers, shares, order)
+    counts = [0] * len(shares)
+    for position, device in enumerate(shape.devices):
+        last = position == len(shape.devices) - 1
+        counts[device.gpu_index] = device.blocks + int(last and shape.output_offloaded)
+    empty = [i for i, count in enumerate(counts) if count == 0 and shares[i] > 0]
+    if not empty or sum(counts) < sum(1 for share in shares if share > 0):
+        return shape
+    for position in empty:
+        donor = counts.index(max(counts))
+        counts[donor] -= 1
+        counts[position] = 1
+    return layer_shape(n_blocks, n_gpu_layers, tuple(float(count) for count in counts), order)
 
 
 def _vram_shares(devices: tuple[GpuView, ...]) -> tuple[float, ...]:

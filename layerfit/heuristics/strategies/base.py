@@ -10,7 +10,7 @@ from layerfit.domain.layout import Claims
 from layerfit.domain.plan import Reason, ReasonKind, StrategyClass
 from layerfit.heuristics.context import Context, StrategyResult
 from layerfit.heuristics.notes import Action
-from layerfit.heuristics.placement import Placement
+from layerfit.heuristics.placement import Placement, placement
 from layerfit.heuristics.rules import SkipRule
 from layerfit.heuristics.views import GpuView, WorkerView
 
@@ -49,6 +49,17 @@ def no_candidate(action: Action, message: str, worker: str | None = None) -> Rea
 def can_hold_a_layer(ctx: Context, gpus: tuple[GpuView, ...]) -> tuple[GpuView, ...]:
     """GPUs with room for at least one layer on the main worker (GPUStack drops the others)."""
     return tuple(gpu for gpu in gpus if gpu.vram_bytes >= ctx.local_floor(gpu.unified))
+
+
+def fills_selection(ctx: Context) -> bool:
+    """Placements are a manual selection used whole under GPUStack's VRAM split: a selected GPU
+    the split leaves empty is given a layer (``Placement.fill_every_device``)."""
+    return ctx.selection is not None and ctx.tensor_split is None
+
+
+def worker_placement(ctx: Context, worker: WorkerView, devices: tuple[GpuView, ...]) -> Placement:
+    """Several GPUs of one worker, split by the user's ``-ts`` or by allocatable VRAM."""
+    return placement(worker, devices, ctx.tensor_split, fill_every_device=fills_selection(ctx))
 
 
 def tensor_split_devices(

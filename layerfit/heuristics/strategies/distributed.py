@@ -30,7 +30,14 @@ from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, gib, sentences
 from layerfit.heuristics.placement import Placement, placement
 from layerfit.heuristics.search import largest_fitting
-from layerfit.heuristics.strategies.base import Strategy, can_hold_a_layer, no_candidate, rejection, room_for_layers
+from layerfit.heuristics.strategies.base import (
+    Strategy,
+    can_hold_a_layer,
+    fills_selection,
+    no_candidate,
+    rejection,
+    room_for_layers,
+)
 from layerfit.heuristics.views import GpuView, WorkerView
 
 ACTION = Action.DISTRIBUTED
@@ -82,9 +89,11 @@ def search(ctx: Context) -> StrategyResult:
 
 def _placement(ctx: Context, main: WorkerView, rpc: tuple[GpuView, ...], main_gpus: tuple[GpuView, ...]) -> Placement:
     """RPC servers first, then the main worker's GPUs. A main GPU the VRAM split leaves without a
-    layer stays idle (a user ``-ts`` and a selection fix every device, so there it may not)."""
+    layer stays idle; with a selection, whose GPUs are all used, it is given a layer instead (a
+    user ``-ts`` fixes every device)."""
     idle = ctx.tensor_split is None and ctx.selection is None
-    return placement(main, rpc + main_gpus, ctx.tensor_split, main_gpus_may_idle=idle)
+    fill = fills_selection(ctx)
+    return placement(main, rpc + main_gpus, ctx.tensor_split, main_gpus_may_idle=idle, fill_every_device=fill)
 
 
 def _combinations(

@@ -27,6 +27,7 @@ from layerfit.heuristics.strategies.base import (
     rejection,
     room_for_layers,
     tensor_split_devices,
+    worker_placement,
 )
 from layerfit.heuristics.views import GpuView, WorkerView
 
@@ -62,7 +63,7 @@ def _worker_search(ctx: Context, worker: WorkerView) -> list[Verdict]:
                 return found
             if room_for_layers(ctx, devices) < layers:
                 continue
-            verdict = ctx.evaluate(placement(worker, devices, ctx.tensor_split), total)
+            verdict = ctx.evaluate(worker_placement(ctx, worker, devices), total)
             if verdict.fits:
                 found.append(verdict)
         if found:

@@ -30,6 +30,7 @@ from layerfit.heuristics.strategies.base import (
     no_candidate,
     rejection,
     room_for_layers,
+    worker_placement,
 )
 from layerfit.heuristics.strategies.multi_gpu import device_groups, whole_worker
 from layerfit.heuristics.views import WorkerView
@@ -98,7 +99,7 @@ def _worker_multi_gpu(ctx: Context, worker: WorkerView, lo: int, hi: int) -> lis
             most = ctx.evaluator.layers_within(room_for_layers(ctx, devices), current, hi)
             if most < current:
                 continue
-            where = placement(worker, devices, ctx.tensor_split)
+            where = worker_placement(ctx, worker, devices)
             at = partial(ctx.evaluate, where)
             verdict = largest_fitting(at, current, most, monotone=False, hopeless=ctx.hopeless)
             if verdict is not None:
