@@ -13,6 +13,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import OffloadOrder, PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.plan import Plan, Reason, ReasonKind
 from layerfit.domain.profile import MemoryProfile
 from layerfit.memory import claims as compute_claims
@@ -108,6 +109,18 @@ def reference_reasons(cluster: Cluster, layout: Layout) -> tuple[Reason, ...]:
                 )
             )
     return tuple(reasons)
+
+
+def device_cap_reasons(layout: Layout) -> tuple[Reason, ...]:
+    """A layout with more devices than one llama.cpp process runs (it aborts at start-up)."""
+    count = len(layout.devices)
+    if count <= MAX_DEVICES:
+        return ()
+    message = (
+        f"the layout uses {counted(count, 'devices')} ({counted(len(layout.rpc_devices), 'RPC servers')} + "
+        f"{counted(len(layout.local_devices), 'local GPUs')}); one llama.cpp process runs at most {MAX_DEVICES}"
+    )
+    return (Reason(kind=ReasonKind.TOO_MANY_DEVICES, message=message, resource="devices"),)
 
 
 def offload_order_reasons(layout: Layout, order: OffloadOrder) -> tuple[Reason, ...]:
@@ -278,6 +291,7 @@ def checked_claims(
         ), None
     needed = compute_claims(profile, layout, unified_workers(cluster))
     reasons = (
+        *device_cap_reasons(layout),
         *offload_order_reasons(layout, config.offload_order),
         *rule_reasons(cluster, deployment, profile, layout, config),
         *capacity_reasons(cluster, needed),

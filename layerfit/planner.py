@@ -5,13 +5,25 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from layerfit.check import check_layout, reference_reasons, unified_workers
+from layerfit.check import check_layout, device_cap_reasons, reference_reasons, unified_workers
 from layerfit.deadline import Deadline
+from layerfit.device_cap import device_cap_reason
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
-from layerfit.domain.plan import Candidate, Command, EngineStats, Plan, Relaxation, Severity, Status, strategy_class
+from layerfit.domain.plan import (
+    Candidate,
+    Command,
+    EngineStats,
+    Plan,
+    Reason,
+    ReasonKind,
+    Relaxation,
+    Severity,
+    Status,
+    strategy_class,
+)
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError, SolverError
 from layerfit.experts import (
@@ -80,10 +92,11 @@ def evaluate(
     profile: MemoryProfile | None = None,
 ) -> Plan:
     """A plan for a layout chosen elsewhere: its claims, every violation, and the command lines.
-    A layout that names a worker or GPU the cluster lacks is bad input (``InputError``)."""
+    A layout that names a worker or GPU the cluster lacks, or that has more devices than llama.cpp
+    runs in one process, is bad input (``InputError``)."""
     started = time.perf_counter()
     check_deployment_flags(deployment, config)
-    unknown = reference_reasons(cluster, layout)
+    unknown = (*reference_reasons(cluster, layout), *device_cap_reasons(layout))
     if unknown:
         raise InputError("layout", "; ".join(reason.message for reason in unknown))
     profile = profile if profile is not None else resolve_profile(deployment)
@@ -171,7 +184,7 @@ def plan(
         return Plan(
             deployment=deployment.name,
             status=status,
-            reasons=quick.reasons,
+            reasons=with_device_cap(cluster, deployment, config, profile, quick.reasons),
             messages=quick.messages,
             stats=(*stats, *explained),
             relaxations=found,
@@ -191,6 +204,17 @@ def plan(
         commands=deployment_commands(cluster, best.layout, deployment, profile, config),
         **use_of(cluster, best.layout, best.claims),
     )
+
+
+def with_device_cap(
+    cluster: Cluster, deployment: Deployment, config: PlannerConfig, profile: MemoryProfile, reasons: tuple[Reason, ...]
+) -> tuple[Reason, ...]:
+    """A failed plan's reasons, with llama.cpp's device limit named when it cut the search and no
+    dropped layout already names it (``layerfit.device_cap``)."""
+    if any(reason.kind is ReasonKind.TOO_MANY_DEVICES for reason in reasons):
+        return reasons
+    capped = device_cap_reason(cluster, deployment, config, profile.n_layers)
+    return reasons if capped is None else (*reasons, capped)
 
 
 def _plan_ctx_range(

@@ -11,6 +11,7 @@ from layerfit.domain.builds import FIT, OUTPUT_FIRST, build_label, build_number,
 from layerfit.domain.choices import LlamaCppBuild as LlamaCppBuild
 from layerfit.domain.choices import OffloadOrder as OffloadOrder
 from layerfit.domain.choices import Policy as Policy
+from layerfit.domain.limits import MAX_DEVICES
 
 _BUILD_KEYS = ("llama_cpp_build", "offload_order")
 
@@ -18,9 +19,8 @@ MAX_SEARCH_WORKERS = 64
 """Most CP-SAT workers (threads) asked for; CP-SAT calls a model with 100,000 invalid."""
 SEED = Field(default=0, ge=0, le=2**31 - 1)
 """A CP-SAT random seed: a 32-bit integer (a larger one raises TypeError in OR-Tools)."""
-MAX_RPC_SERVERS = 15
-"""llama.cpp takes at most 16 devices, and ``-ts`` fewer than 16 shares: more rpc-servers than 15
-can never be used by one deployment."""
+MAX_RPC_SERVERS = MAX_DEVICES
+"""More rpc-servers than one llama.cpp process runs devices can never be used by one deployment."""
 TIME_LIMIT = Field(default=10.0, gt=0, allow_inf_nan=False)
 
 

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen
 from layerfit.domain.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
+from layerfit.domain.limits import MAX_DEVICES
 from layerfit.errors import InputError
 
 DEFAULT_CTX_SIZE = 8192
@@ -37,9 +38,9 @@ ALL_LAYERS = INT_MAX
 """``-ngl all``: every layer on GPUs (any count above the model's layers means the same)."""
 MAX_SEQUENCES = 256
 """Most ``-np`` sequences llama.cpp accepts (``LLAMA_MAX_SEQ``: "n_seq_max must be <= 256")."""
-MAX_SPLIT_SHARES = 15
+MAX_SPLIT_SHARES = MAX_DEVICES
 """Most ``-ts`` shares llama.cpp accepts: it refuses as many as its 16 devices ("got 16 input
-configs, but system only has 16 devices")."""
+configs, but system only has 16 devices"); the same count as the devices of one process."""
 FLOAT_MAX = 3.4028234663852886e38
 """Largest ``-ts`` share (and sum of shares) llama.cpp reads: a 32-bit float (``std::stof``)."""
 _DIGITS = frozenset("0123456789")

@@ -60,6 +60,8 @@ class ReasonKind(StrEnum):
     DISTRIBUTION_NOT_ALLOWED = "distribution_not_allowed"
     TOO_MANY_RPC_SERVERS = "too_many_rpc_servers"
     TOO_MANY_RPC_CANDIDATES = "too_many_rpc_candidates"
+    TOO_MANY_DEVICES = "too_many_devices"
+    """More devices (RPC servers + local GPUs) than one llama.cpp process runs (``domain.limits``)."""
     IMAGE_MODEL_SPLIT = "image_model_split"
     OFFLOAD_ORDER = "offload_order"
     EXPERTS_NOT_HONOURED = "experts_not_honoured"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from layerfit.domain.config import OffloadOrder, PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
+from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.profile import MemoryProfile
 from layerfit.memory import device_blocks
 from layerfit.selection import tensor_split_in_force, whole_selection
@@ -94,8 +95,9 @@ def tensor_split_blocks(tensor_split: Iterable[float], n_blocks: int, order: Off
 
 
 def most_devices(n_layers: int, rules: Rules) -> int:
-    """Every device but the last holds a block, so no layout has more devices than GPU layers."""
-    limit = n_layers if rules.layer_target is None else rules.layer_target
+    """Every device but the last holds a block, so no layout has more devices than GPU layers, nor
+    more than one llama.cpp process runs (``domain.limits.MAX_DEVICES``)."""
+    limit = min(MAX_DEVICES, n_layers if rules.layer_target is None else rules.layer_target)
     if rules.tensor_split is not None:
         limit = min(limit, rules.tensor_split.n_devices)
     if rules.single_device:

@@ -1,4 +1,6 @@
-"""The deployment's own rules: ``-ngl``, the CPU-offloading switch, image models.
+"""The deployment's own rules: ``-ngl``, the CPU-offloading switch, image models; and llama.cpp's
+limit on the devices of one process (RPC and local slots together; each group alone has no more
+slots than the limit).
 
 The manual selection, the distribution switch and the RPC-server cap are already in the instance:
 they decide which GPUs may fill which slots and how many RPC slots there are; a selection used
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from layerfit.domain.limits import MAX_DEVICES
 from layerfit.solver.instance import Instance
 from layerfit.solver.variables import Variables
 
@@ -24,5 +27,7 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
         model.add(sum(slot.used for slot in variables.slots) == 1)
     if rules.device_count is not None:
         model.add(sum(slot.used for slot in variables.slots) == rules.device_count)
+    if len(variables.slots) > MAX_DEVICES:
+        model.add(sum(slot.used for slot in variables.slots) <= MAX_DEVICES)
     if len(rules.partial_values) == 1:
         model.add(variables.partial == int(rules.partial_values[0]))
