@@ -3,7 +3,10 @@
 Recorded by ``benchmarks/flag_truth.py --cases devices`` (CPU build, rpc-server devices). Tensor
 overrides that keep nothing on the host (a pattern matching no tensor, ``--n-cpu-moe 1`` over a
 dense first block) still turn llama.cpp's pipeline parallelism off; ``--n-cpu-moe 0`` adds none.
-Every figure is held to the flags' tolerance (weights and KV 1 % or 1 MiB, compute 10 % or 16 MiB).
+``-nkvo`` keeps every block's KV cache in host RAM and the attention on the host (one and two
+devices, half offload, CPU only, ``-fa off``, gemma3's sliding window, qwen3moe); with recurrent
+state it is refused. Every figure is held to the flags' tolerance (weights and KV 1 % or 1 MiB,
+compute 10 % or 16 MiB).
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ from test_estimator_architectures import within_tolerance
 from test_moe_truth import comparisons
 
 from layerfit.domain import LlamaParams
+from layerfit.errors import InputError
 from layerfit.estimators import estimate_profile, read_gguf
 
 SOURCE = "cpu-devices.csv"
-MODELLED = ("rpc2otnone", "rpc2ncmoe0", "rpc3ncmoe1")
+OVERRIDES = ("rpc2otnone", "rpc2ncmoe0", "rpc3ncmoe1")
+NO_KV_OFFLOAD = ("rpc1nkvo", "rpc1nkvofa0", "rpc2nkvo", "rpc1halfnkvo", "cpunkvo")
+MODELLED = (*OVERRIDES, *NO_KV_OFFLOAD)
 """Labels of the runs the memory model is held to here."""
-RUNS = [run for run in load_runs(GROUND_TRUTH_DIR, (SOURCE,)) if run.id.split("_")[0] in MODELLED]
+REFUSED = {"rpc1nkvo_mamba2-f16_ngl99_c4096": "-nkvo"}
+"""Recorded runs layerfit refuses, with the flag it names."""
+ALL_RUNS = load_runs(GROUND_TRUTH_DIR, (SOURCE,))
+RUNS = [run for run in ALL_RUNS if run.id.split("_")[0] in MODELLED and run.id not in REFUSED]
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +38,35 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return write_arch_models(tmp_path_factory.mktemp("devices"))
 
 
-def test_the_record_covers_the_override_cases() -> None:
+def test_the_record_covers_the_override_and_host_kv_cases() -> None:
     assert {run.id.split("_")[0] for run in RUNS} == set(MODELLED)
-    assert {run.model for run in RUNS} >= {"llama-q4_0", "qwen3moe-q8_0", "deepseek2-q8_0"}
+    assert {run.model for run in RUNS} >= {"llama-q4_0", "qwen3moe-q8_0", "deepseek2-q8_0", "gemma3-q4_k"}
+    assert {run.ctx for run in RUNS if run.id.startswith("rpc1nkvo_llama")} == {4096, 16384}
+
+
+@pytest.mark.parametrize("run_id", sorted(REFUSED))
+def test_what_is_not_modelled_is_refused(run_id: str, files: dict[str, Path]) -> None:
+    (run,) = (run for run in ALL_RUNS if run.id == run_id)
+    flags = [token for token in run.extra if token.startswith("-") and token != "--rpc"]
+    with pytest.raises(InputError) as refused:
+        estimate_profile(read_gguf(str(files[run.model])), LlamaParams.from_args(["-c", str(run.ctx), *flags]))
+    assert refused.value.field == REFUSED[run_id]
+
+
+def test_the_kv_cache_on_the_host_is_charged_to_it_whatever_the_layout(files: dict[str, Path]) -> None:
+    """-nkvo: no device holds KV, the host holds all of it, in the solver's host costs too."""
+    from layerfit.memory import main_host_overhead_bytes
+
+    shape = read_gguf(str(files["llama-q4_0"]))
+    offloaded = estimate_profile(shape, LlamaParams.from_args(["-c", "4096"]))
+    kept = estimate_profile(shape, LlamaParams.from_args(["-c", "4096", "-nkvo"]))
+    assert not any(kept.block_kv_bytes) and kept.host_kv_bytes == sum(offloaded.block_kv_bytes) > 0
+    assert not kept.pipeline_parallel and offloaded.pipeline_parallel
+    common = {"partial": False, "output_offloaded": True, "has_main_gpu": True, "multi_device": False}
+    grown = main_host_overhead_bytes(kept, **common) - main_host_overhead_bytes(offloaded, **common)
+    assert (
+        grown == kept.host_kv_bytes + kept.host_compute.full_offload_bytes - offloaded.host_compute.full_offload_bytes
+    )
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[run.id for run in RUNS])

@@ -52,8 +52,9 @@ def test_every_modelled_flag_has_a_field_and_a_converter() -> None:
         ("--rpc", Effect.DECIDED),
         ("--threads", Effect.NO_EFFECT),
         ("--cache-ram", Effect.RUN_TIME),
-        ("-nkvo", Effect.NOT_MODELLED),
-        ("-kvo", Effect.NO_EFFECT),
+        ("-nkvo", Effect.MODELLED),
+        ("-kvo", Effect.MODELLED),
+        ("--no-host", Effect.NOT_MODELLED),
     ],
 )
 def test_flag_effects(name: str, effect: Effect) -> None:
@@ -70,7 +71,8 @@ def test_closest_flag() -> None:
     ("args", "message"),
     [
         (["--ctx-szie 4096"], "--ctx-szie: not an option of llama-server .*did you mean --ctx-size"),
-        (["-nkvo"], "-nkvo: changes memory in a way layerfit does not model"),
+        (["--no-host"], "--no-host: changes memory in a way layerfit does not model"),
+        (["-kvo", "-nkvo"], "-nkvo: given more than once"),
         (["--swa-full=1"], "--swa-full: takes no value"),
         (["--lora", "a.gguf"], "--lora: changes memory in a way layerfit does not model"),
         (["-ncmoed", "4"], "-ncmoed: changes memory in a way layerfit does not model"),
@@ -164,8 +166,8 @@ def test_training_context_from_the_file(tmp_path: Path) -> None:
 
 
 def test_gpustack_adapter_uses_the_table() -> None:
-    model = {"name": "m", "backend_parameters": ["--no-kv-offload"]}
-    with pytest.raises(InputError, match="--no-kv-offload: changes memory"):
+    model = {"name": "m", "backend_parameters": ["--no-host"]}
+    with pytest.raises(InputError, match="--no-host: changes memory"):
         deployment_from_gpustack(model, gguf_path="m.gguf")
 
 
@@ -175,7 +177,7 @@ def test_gpustack_adapter_uses_the_table() -> None:
         (["--deploymnet", "d.yaml"], "--deploymnet: unknown option of layerfit plan .*did you mean --deployment?"),
         (["--model", "m.gguf", "--polcy", "spread"], "--polcy: unknown option .*did you mean --policy?"),
         (["--model", "m.gguf", "--ctx-szie", "4096"], "did you mean --ctx-size?"),
-        (["--model", "m.gguf", "-nkvo"], "-nkvo: changes memory in a way layerfit does not model"),
+        (["--model", "m.gguf", "--no-host"], "--no-host: changes memory in a way layerfit does not model"),
     ],
 )
 def test_cli_names_the_unknown_option(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -253,3 +255,11 @@ def test_estimate_models_the_embedding_switches(tmp_path: Path, capsys: pytest.C
     assert [run["embedding"] for run in runs.values()] == [False, True, True]
     assert main(["estimate", path, "--rerank", "--pooling", "mean"]) == EXIT_BAD_INPUT
     assert "--pooling: contradicts the other embedding or reranking flags" in capsys.readouterr().err
+
+
+def test_no_kv_offload_round_trips() -> None:
+    """-nkvo is read into the parameters and written back into the command; -kvo is the default."""
+    kept = LlamaParams.from_args(["--no-kv-offload"])
+    assert not kept.kv_offload and "-nkvo" in kept.to_args()
+    assert LlamaParams.from_args(kept.to_args()).kv_offload is False
+    assert LlamaParams.from_args(["-kvo"]).kv_offload and LlamaParams().kv_offload

@@ -12,6 +12,7 @@ _ESTIMATE_FIELDS = {
     "cache_type_k": "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)",
     "cache_type_v": "V cache type, same types (default f16; quantized needs flash attention)",
     "swa_full": "sliding-window layers cache the whole context",
+    "kv_offload": "-nkvo: the KV cache and the attention over it stay in host RAM",
     "flash_attn": "flash attention on|off|auto (default auto, estimated as on)",
     "batch_size": "logical batch (default 2048)",
     "ubatch_size": "micro-batch: sizes the compute buffers (default 512)",
@@ -33,8 +34,6 @@ def llama_flags_help() -> str:
             value = " VALUE" if flag.arity else ""
             lines.append(f"  {', '.join(flag.names) + value:<32} {_ESTIMATE_FIELDS[flag.field]}")
     return "\n".join(lines) + "\n"
-
-
 
 
 def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:

@@ -69,6 +69,8 @@ class LlamaParams(Frozen):
     ubatch_size: Annotated[int, Field(ge=1, le=INT_MAX), NOT_A_BOOLEAN] | None = None
     swa_full: bool = False
     """``--swa-full``: sliding-window layers cache the whole context, as full-attention layers do."""
+    kv_offload: bool = True
+    """``-kvo``/``-nkvo``: ``False`` keeps the KV cache in host RAM, and the attention over it on the host."""
     mmproj: str | None = None
     extra: tuple[str, ...] = ()
     """Flags without effect on the memory layerfit plans, passed through to ``llama-server`` unchanged."""
@@ -149,6 +151,8 @@ class LlamaParams(Frozen):
             out += ["-ub", str(self.ubatch_size)]
         if self.swa_full:
             out.append("--swa-full")
+        if not self.kv_offload:
+            out.append("-nkvo")
         if self.mmproj is not None:
             out += ["--mmproj", self.mmproj]
         return (*out, *self.extra)
@@ -282,6 +286,7 @@ _CONVERTERS: dict[str, Callable[[str, str], Any]] = {
     "load_mode": _load_mode_value,
     "mmproj": lambda flag, text: text,
     "swa_full": lambda flag, text: True,
+    "kv_offload": lambda flag, text: flag in ("-kvo", "--kv-offload"),
 }
 """One converter per ``LlamaParams`` field that a ``MODELLED`` row of the flag table names."""
 

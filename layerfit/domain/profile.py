@@ -123,7 +123,10 @@ class MemoryProfile(Frozen):
     block_weight_bytes: tuple[Bytes, ...] = Field(min_length=1)
     """Weights of each transformer block, in block order."""
     block_kv_bytes: tuple[Bytes, ...]
-    """KV cache (or recurrent state) of each block at the chosen ctx, cache types and slots."""
+    """KV cache (or recurrent state) of each block at the chosen ctx, cache types and slots, where
+    the block goes (0 when the cache stays on the host whatever the layout: ``host_kv_bytes``)."""
+    host_kv_bytes: Bytes = 0
+    """KV cache held in host RAM whatever the layout (``-nkvo``: every block's cache)."""
     block_host_weight_bytes: tuple[Bytes, ...] | None = None
     """RAM a block costs when kept on the host (mmap/repack policy); default: its weights."""
     block_expert_bytes: tuple[Bytes, ...] | None = None

@@ -19,7 +19,7 @@ from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import FlashAttnFallback, MemoryProfile, RoleCosts
 from layerfit.errors import EstimationError, InputError
-from layerfit.estimators import kv, overrides
+from layerfit.estimators import kv, kv_offload, overrides
 from layerfit.estimators.compute import (
     Activations,
     Backend,
@@ -236,8 +236,13 @@ def estimate_profile(
     settings, setting_warnings = resolve_settings(shape, params, kind, runtime)
     cache = kv.geometry(settings.ctx, settings.n_seq, settings.unified_kv, settings.n_ubatch, settings.swa_full)
     act = activations(shape, cache, n_ubatch=settings.graph_tokens, flash_attn=settings.flash_attn, logits=shape.causal)
+    if not params.kv_offload:
+        kv_offload.check_modelled(shape, settings.embedding)
     try:
         compute = compute_buffers(act, runtime.backend)
+        if not params.kv_offload:
+            device = compute_buffers(kv_offload.device_activations(act), runtime.backend)
+            compute = kv_offload.combine(device, compute, act)
     except ValidationError as exc:  # buffers past the size cap: a hostile or broken header, or huge -c/-ub/-np
         raise _beyond_the_size_cap(shape, settings, exc, "compute.") from None
 
@@ -246,7 +251,9 @@ def estimate_profile(
         part_act = activations(
             part, cache, n_ubatch=settings.graph_tokens, flash_attn=settings.flash_attn, logits=logits
         )
-        return compute_buffers(part_act, runtime.backend)
+        return compute_buffers(
+            part_act if params.kv_offload else kv_offload.device_activations(part_act), runtime.backend
+        )
 
     block_kinds, by_kinds = kinds_compute(shape, part_compute)
     fallback = _flash_attn_fallback(shape, params, settings, cache, runtime.backend, (act, compute))
@@ -255,10 +262,14 @@ def estimate_profile(
     projector_bytes, projector_warnings = _projector(params, settings.flash_attn)
     host_output = shape.host_output_layer_bytes
     experts, fixed_experts, override_warnings = _host_parts(shape, params)
+    block_kv = kv.block_kv_bytes(shape, cache, settings.type_k, settings.type_v)
+    host_kv = 0 if params.kv_offload else sum(block_kv)
+    kv_warnings = (kv_offload.GPU_BUILD_WARNING,) if host_kv and runtime.backend == "cuda" else ()
     try:
         return MemoryProfile(
             block_weight_bytes=shape.block_bytes,
-            block_kv_bytes=kv.block_kv_bytes(shape, cache, settings.type_k, settings.type_v),
+            block_kv_bytes=(0,) * len(block_kv) if host_kv else block_kv,
+            host_kv_bytes=host_kv,
             block_expert_bytes=experts,
             fixed_host_experts=fixed_experts,
             output_weight_bytes=shape.output_layer_bytes,
@@ -274,7 +285,7 @@ def estimate_profile(
             output_compute_bytes=compute.output,
             output_compute=compute.output_by_state,
             first_device_compute_bytes=compute.first_device,
-            pipeline_parallel=not expert_flags(params).patterns(),
+            pipeline_parallel=params.kv_offload and not expert_flags(params).patterns(),
             host_output_compute_bytes=compute.host_output,
             op_offload_compute_bytes=compute.op_offload + shape.output_layer_bytes if compute.op_offload else 0,
             op_offload_host_compute_bytes=compute.op_offload_host,
@@ -284,7 +295,7 @@ def estimate_profile(
             kinds_compute=by_kinds,
             scan_bytes=compute.scan,
             scan_crossings=scan_crossings(layer_kinds(shape)) if compute.scan else (),
-            warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings),
+            warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings, *kv_warnings),
         )
     except ValidationError as exc:  # sizes no real model has (a hostile or broken header, or huge -c/-ub/-np)
         raise _beyond_the_size_cap(shape, settings, exc) from None

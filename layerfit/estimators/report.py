@@ -201,6 +201,8 @@ def estimate_table(shape: ModelShape, report: Estimate) -> str:
         _row("output", format_bytes(profile.output_weight_bytes), "-", format_bytes(profile.output_weight_bytes))
     )
     lines.append(_row("embedding", format_bytes(profile.token_embedding_bytes), "-", "host RAM"))
+    if profile.host_kv_bytes:
+        lines.append(_row("KV (-nkvo)", "-", format_bytes(profile.host_kv_bytes), "host RAM"))
     per_layer = [w + kv for w, kv in zip(profile.block_weight_bytes, profile.block_kv_bytes, strict=True)]
     lines += ["", *_gpu_lines("full offload, one GPU:", full)]
     lines.append(f"CPU only: RAM {format_bytes(cpu.workers[0].ram_bytes)} (a CPU build, or -ngl 0 --device none)")

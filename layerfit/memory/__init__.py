@@ -14,7 +14,8 @@ llama.cpp semantics followed here:
   multi-device size when a full offload spans several devices) + the logits buffer on the device
   holding the output layer + the input copies on the first device of a multi-device offload.
 * Host RAM of the main worker: fixed + kept blocks (host weight size and KV) + token embedding +
-  output layer if kept + host compute buffer. Each rpc-server costs its worker a fixed amount.
+  output layer if kept + host compute buffer + the KV cache kept on the host whatever the layout
+  (``-nkvo``). Each rpc-server costs its worker a fixed amount.
 * MoE: a GPU-resident block whose experts stay on the host (``Layout.host_expert_blocks``) costs
   its device the block less its expert tensors, and the main worker's RAM those tensors (host
   expert size, per the mmap policy). Such a layout runs with tensor overrides, which switch off

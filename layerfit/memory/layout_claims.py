@@ -131,7 +131,7 @@ def _worker_claims(
         unified_memory=layout.main_worker in unified_workers,
         fixed_bytes=overhead.fixed_bytes,
         weight_bytes=sum(profile.host_weight_bytes(i) for i in range(kept)),
-        kv_bytes=kv_kept,
+        kv_bytes=kv_kept + overhead.kv_bytes,
         embedding_bytes=overhead.embedding_bytes,
         output_bytes=overhead.output_bytes,
         compute_bytes=overhead.compute_bytes,

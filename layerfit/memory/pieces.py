@@ -164,6 +164,8 @@ class MainHostOverhead(NamedTuple):
     embedding_bytes: int
     output_bytes: int
     compute_bytes: int
+    kv_bytes: int = 0
+    """The KV cache kept on the host whatever the layout (``MemoryProfile.host_kv_bytes``)."""
 
 
 def main_host_overhead(
@@ -176,7 +178,8 @@ def main_host_overhead(
     host_blocks: int | None = None,
 ) -> MainHostOverhead:
     """Fixed cost (with the main-GPU extras when there is no main GPU), token embedding, the output
-    layer kept on the host, and the host compute buffer (the logits too when the output stays).
+    layer kept on the host, the host compute buffer (the logits too when the output stays), and the
+    KV cache the options keep on the host whatever the layout.
     ``host_blocks`` as in ``device_compute_bytes``; with none and the output offloaded, a partial
     layout keeps only experts there (``host_experts_compute_bytes``). The host's buffer does not follow
     the kinds of the blocks it keeps (measured: a host without attention blocks still holds the masks)."""
@@ -194,6 +197,7 @@ def main_host_overhead(
         embedding_bytes=profile.token_embedding_bytes,
         output_bytes=profile.host_output_bytes if kept_output else 0,
         compute_bytes=host_buffer + (profile.host_output_compute_bytes if kept_output else 0) + fallback_bytes,
+        kv_bytes=profile.host_kv_bytes,
     )
 
 
