@@ -123,7 +123,32 @@ DEVICE_CASES: tuple[tuple[str, Config], ...] = (
     ("mamba2-f16", Config("rpc1nkvo", 4096, 99, 1, ("-nkvo",))),
 )
 """``--cases devices``: what llama.cpp does with the devices it is given (recorded in ``cpu-devices.csv``)."""
-GROUPS = {"flags": CASES, "devices": DEVICE_CASES}
+
+PARALLEL = "llama-parallel"
+UNIFIED_CASES: tuple[tuple[str, Config], ...] = tuple(
+    (name, Config(label, ctx, ngl, rpc, flags, program=PARALLEL))
+    for name, label, ctx, ngl, rpc, flags in (
+        ("llama-q4_0", "rpc1np3kvu", 8192, 99, 1, ("-np", "3", "-kvu")),
+        ("llama-q4_0", "rpc1np3", 8192, 99, 1, ("-np", "3")),
+        ("llama-q4_0", "rpc1np4kvu", 2048, 99, 1, ("-np", "4", "-kvu")),
+        ("llama-q4_0", "rpc1np4", 2048, 99, 1, ("-np", "4")),
+        ("llama-q4_0", "cpunp3kvu", 8192, 0, 0, ("-np", "3", "-kvu")),
+        ("llama-q4_0", "rpc2np3kvu", 8192, 99, 2, ("-np", "3", "-kvu", "-ts", "1,1")),
+        ("gemma3-q4_k", "rpc1np3kvu", 8192, 99, 1, ("-np", "3", "-kvu")),
+        ("gemma3-q4_k", "rpc1np3", 8192, 99, 1, ("-np", "3")),
+        ("gemma3-q4_k", "rpc1np1kvu", 8192, 99, 1, ("-np", "1", "-kvu")),
+        ("mamba2-f16", "rpc1np3kvu", 4096, 99, 1, ("-np", "3", "-kvu")),
+        ("granitehybrid-q8_0", "rpc1np3kvu", 8192, 99, 1, ("-np", "3", "-kvu")),
+    )
+)
+"""``--cases unified``: one KV cache shared by the sequences (``-kvu``) or one per sequence, run by
+``llama-parallel``, the only tool of the build that takes ``-kvu`` (it adds a sequence for its
+system prompt: ``-np 3`` runs 4). Not in the CPU build's tarball: compile it from the same sdist
+against the build's libraries (``g++ -std=c++17 -I include -I common -I ggml/include -I vendor
+examples/parallel/parallel.cpp -L BUILD -Wl,-rpath-link,BUILD -l:libllama-common.so.0
+-l:libllama.so.0 -l:libggml.so.0 -l:libggml-base.so.0``) and put it beside the other tools.
+Recorded in ``cpu-unified.csv``."""
+GROUPS = {"flags": CASES, "devices": DEVICE_CASES, "unified": UNIFIED_CASES}
 
 
 def _spec(name: str) -> ModelSpec:

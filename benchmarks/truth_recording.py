@@ -72,11 +72,15 @@ class Config:
     extra: tuple[str, ...] = ()
     embedding: bool = False
     """Run under llama-embedding even though the model is causal (encoders always are)."""
+    program: str = ""
+    """Another tool of the build (``llama-parallel``: the only one that takes ``-kvu``)."""
 
     def run_id(self, model: str) -> str:
         return f"{self.label}_{model}_ngl{self.ngl}_c{self.ctx}"
 
     def tool(self, spec: ModelSpec) -> str:
+        if self.program:
+            return self.program
         return "llama-embedding" if spec.encoder or self.embedding else "llama-completion"
 
 
@@ -207,9 +211,10 @@ def run_config(build: Path, model: Path, spec: ModelSpec, config: Config) -> tup
     with rpc_servers(build, config.rpc_devices) as endpoints:
         flags = ["-c", str(config.ctx), *config.extra]
         placement = ["--rpc", ",".join(endpoints), "-ngl", str(config.ngl)] if endpoints else []
-        generation = (
-            ["-p", PROMPT] if tool == "llama-embedding" else ["-no-cnv", "-n", "2", "--ignore-eos", "-p", PROMPT]
-        )
+        generation = {
+            "llama-embedding": ["-p", PROMPT],
+            "llama-parallel": ["-ns", "1", "-n", "2"],  # one request: the buffers are reserved at start
+        }.get(tool, ["-no-cnv", "-n", "2", "--ignore-eos", "-p", PROMPT])
         command = [str(_binary(build, tool)), "-m", str(model), *flags, *placement, *generation, *FIXED_FLAGS]
         done = subprocess.run(command, env=_environment(build), capture_output=True, text=True, timeout=600)
     log = done.stdout + "\n" + done.stderr

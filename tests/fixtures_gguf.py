@@ -209,6 +209,8 @@ def interpret(run: Run, n_blocks: int) -> Interpretation:
             passed.append("--no-mmap")
         elif token == "--fit-target":
             tokens.pop(0)
+        elif token == "-np" and run.tool == "llama-parallel":
+            passed += ["-np", str(int(tokens.pop(0)) + 1)]  # its system prompt takes a sequence of its own
         elif token == "--no-op-offload" and run.ngl == 0:
             pass  # layerfit's CPU-only layout runs with --device none: no GPU for ops to go to
         else:

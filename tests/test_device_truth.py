@@ -5,8 +5,9 @@ overrides that keep nothing on the host (a pattern matching no tensor, ``--n-cpu
 dense first block) still turn llama.cpp's pipeline parallelism off; ``--n-cpu-moe 0`` adds none.
 ``-nkvo`` keeps every block's KV cache in host RAM and the attention on the host (one and two
 devices, half offload, CPU only, ``-fa off``, gemma3's sliding window, qwen3moe); with recurrent
-state it is refused. Every figure is held to the flags' tolerance (weights and KV 1 % or 1 MiB,
-compute 10 % or 16 MiB).
+state it is refused. ``cpu-unified.csv`` (``--cases unified``, run by ``llama-parallel``): ``-kvu``
+against one cache per sequence, with sliding windows and recurrent state. Every figure is held to
+the flags' tolerance (weights and KV 1 % or 1 MiB, compute 10 % or 16 MiB).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ REFUSED = {"rpc1nkvo_mamba2-f16_ngl99_c4096": "-nkvo"}
 """Recorded runs layerfit refuses, with the flag it names."""
 ALL_RUNS = load_runs(GROUND_TRUTH_DIR, (SOURCE,))
 RUNS = [run for run in ALL_RUNS if run.id.split("_")[0] in MODELLED and run.id not in REFUSED]
+
+
+UNIFIED_RUNS = load_runs(GROUND_TRUTH_DIR, ("cpu-unified.csv",))
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +73,7 @@ def test_the_kv_cache_on_the_host_is_charged_to_it_whatever_the_layout(files: di
     )
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[run.id for run in RUNS])
+@pytest.mark.parametrize("run", RUNS + UNIFIED_RUNS, ids=[run.id for run in RUNS + UNIFIED_RUNS])
 def test_estimate_matches_llama_cpp(run: Run, files: dict[str, Path]) -> None:
     found = list(comparisons(run, files[run.model]))
     assert {c.device for c in found} == set(run.devices)
@@ -92,3 +96,24 @@ def test_any_tensor_override_turns_pipeline_parallelism_off(
 ) -> None:
     shape = read_gguf(str(files["qwen3moe-q8_0"]))
     assert estimate_profile(shape, LlamaParams.from_args(["-c", "2048", *flags])).pipeline_parallel is pipelined
+
+
+def test_the_unified_record_pairs_each_kvu_run_with_one_cache_per_sequence() -> None:
+    ids = {run.id for run in UNIFIED_RUNS}
+    assert {run.tool for run in UNIFIED_RUNS} == {"llama-parallel"}
+    for shared, separate in (("rpc1np3kvu", "rpc1np3"), ("rpc1np4kvu", "rpc1np4")):
+        assert any(i.startswith(f"{shared}_llama") for i in ids) and any(i.startswith(f"{separate}_llama") for i in ids)
+    assert {run.model for run in UNIFIED_RUNS} >= {"gemma3-q4_k", "mamba2-f16", "granitehybrid-q8_0"}
+
+
+def test_kvu_shares_one_cache_and_no_kvu_keeps_one_per_slot(files: dict[str, Path]) -> None:
+    """-np 5 at 2048 cells: one cache per sequence pads each share (410) to 512 cells, a unified one
+    holds 2048; without -np llama-server's 4 slots share one unless -no-kvu (at 1100 cells)."""
+    shape = read_gguf(str(files["llama-q4_0"]))
+
+    def kv(*flags: str, ctx: int = 2048) -> int:
+        return sum(estimate_profile(shape, LlamaParams.from_args(["-c", str(ctx), *flags])).block_kv_bytes)
+
+    assert kv("-np", "5", "-kvu") == kv() == kv("-np", "1") < kv("-np", "5") == kv("-np", "5", "-no-kvu")
+    # 1100 cells: 1280 shared, 4 x 512 apart
+    assert kv("-no-kvu", ctx=1100) == kv("-np", "4", ctx=1100) > kv(ctx=1100) == kv("-np", "4", "-kvu", ctx=1100)

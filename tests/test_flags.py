@@ -53,6 +53,8 @@ def test_every_modelled_flag_has_a_field_and_a_converter() -> None:
         ("--threads", Effect.NO_EFFECT),
         ("--cache-ram", Effect.RUN_TIME),
         ("-nkvo", Effect.MODELLED),
+        ("-kvu", Effect.MODELLED),
+        ("--no-kv-unified", Effect.MODELLED),
         ("-kvo", Effect.MODELLED),
         ("--no-host", Effect.NOT_MODELLED),
     ],
@@ -263,3 +265,11 @@ def test_no_kv_offload_round_trips() -> None:
     assert not kept.kv_offload and "-nkvo" in kept.to_args()
     assert LlamaParams.from_args(kept.to_args()).kv_offload is False
     assert LlamaParams.from_args(["-kvo"]).kv_offload and LlamaParams().kv_offload
+
+
+def test_kv_unified_round_trips() -> None:
+    for flag, unified in (("-kvu", True), ("--no-kv-unified", False)):
+        params = LlamaParams.from_args(["-np", "3", flag])
+        assert params.kv_unified is unified
+        assert LlamaParams.from_args(params.to_args()).kv_unified is unified
+    assert LlamaParams().kv_unified is None

@@ -9,6 +9,7 @@ from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT, SUBCOMMANDS
 _ESTIMATE_FIELDS = {
     "ctx_size": "context tokens (default 8192, GPUStack's; 0 = the training context, as in llama.cpp)",
     "parallel": "sequences (default: llama-server's 4 slots sharing one KV cache)",
+    "kv_unified": "one KV cache shared by the sequences (default: only without -np)",
     "cache_type_k": "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)",
     "cache_type_v": "V cache type, same types (default f16; quantized needs flash attention)",
     "swa_full": "sliding-window layers cache the whole context",

@@ -70,6 +70,9 @@ class LlamaParams(Frozen):
     swa_full: bool = False
     """``--swa-full``: sliding-window layers cache the whole context, as full-attention layers do."""
     kv_offload: bool = True
+    kv_unified: bool | None = None
+    """``-kvu``/``-no-kvu``: one KV cache shared by the sequences, or one per sequence; ``None`` is
+    llama-server's default (shared when ``-np`` is not given)."""
     """``-kvo``/``-nkvo``: ``False`` keeps the KV cache in host RAM, and the attention over it on the host."""
     mmproj: str | None = None
     extra: tuple[str, ...] = ()
@@ -153,6 +156,8 @@ class LlamaParams(Frozen):
             out.append("--swa-full")
         if not self.kv_offload:
             out.append("-nkvo")
+        if self.kv_unified is not None:
+            out.append("-kvu" if self.kv_unified else "-no-kvu")
         if self.mmproj is not None:
             out += ["--mmproj", self.mmproj]
         return (*out, *self.extra)
@@ -287,6 +292,7 @@ _CONVERTERS: dict[str, Callable[[str, str], Any]] = {
     "mmproj": lambda flag, text: text,
     "swa_full": lambda flag, text: True,
     "kv_offload": lambda flag, text: flag in ("-kvo", "--kv-offload"),
+    "kv_unified": lambda flag, text: flag in ("-kvu", "--kv-unified"),
 }
 """One converter per ``LlamaParams`` field that a ``MODELLED`` row of the flag table names."""
 

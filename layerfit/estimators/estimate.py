@@ -148,7 +148,7 @@ def resolve_settings(
     settings = Settings(
         ctx=ctx,
         n_seq=n_seq,
-        unified_kv=params.parallel is None,
+        unified_kv=params.parallel is None if params.kv_unified is None else params.kv_unified,
         n_batch=n_batch,
         n_ubatch=n_ubatch,
         flash_attn=flash_attn,

@@ -74,7 +74,7 @@ def assumed_parameters(shape: ModelShape, params: LlamaParams, settings: Setting
     given = {
         "ctx_size": params.ctx_size is not None,
         "parallel": params.parallel is not None,
-        "unified_kv": params.parallel is not None,
+        "unified_kv": params.parallel is not None or params.kv_unified is not None,
         "cache_type_k": params.cache_type_k != "f16",
         "cache_type_v": params.cache_type_v != "f16",
         "flash_attn": params.flash_attn != "auto",
