@@ -117,3 +117,60 @@ def test_kvu_shares_one_cache_and_no_kvu_keeps_one_per_slot(files: dict[str, Pat
     assert kv("-np", "5", "-kvu") == kv() == kv("-np", "1") < kv("-np", "5") == kv("-np", "5", "-no-kvu")
     # 1100 cells: 1280 shared, 4 x 512 apart
     assert kv("-no-kvu", ctx=1100) == kv("-np", "4", ctx=1100) > kv(ctx=1100) == kv("-np", "4", "-kvu", ctx=1100)
+
+
+IDLE = ("rpc2ts10", "rpc3ts011", "rpc3ts101", "rpc2ts01half", "rpc2ts01", "rpc2ts01ncmoe2")
+"""Runs with a device given a zero share (``-ts 1,0``, ``0,1,1``, ``1,0,1``, ``0,1``)."""
+IDLE_RUNS = [run for run in ALL_RUNS if run.id.split("_")[0] in IDLE]
+
+
+@pytest.mark.parametrize("run", IDLE_RUNS, ids=[run.id for run in IDLE_RUNS])
+def test_a_device_given_no_layer_holds_nothing_but_counts_for_the_pipeline(run: Run, files: dict[str, Path]) -> None:
+    """llama.cpp allocates nothing on a device whose share is zero, wherever it sits, but counts it:
+    a full offload stays pipelined, the first device holding layers takes the input copies. The
+    memory model's pieces, told the device count llama.cpp sees, match the other devices and the
+    host (a Layout names only devices with layers, so ``claims`` prices one device fewer:
+    test_flag_truth's KNOWN_GAPS)."""
+    from fixtures_gguf import interpret
+
+    from layerfit.domain.profile import DeviceRole
+    from layerfit.experts import with_host_experts
+    from layerfit.memory import device_compute_bytes, is_partial, keeps_scan, main_host_overhead, range_kinds
+
+    shape = read_gguf(str(files[run.model]))
+    interpretation = interpret(run, shape.block_count)
+    params = interpretation.params
+    profile = estimate_profile(shape, params, runtime=interpretation.runtime)
+    layout = with_host_experts(interpretation.layout, profile.fixed_host_experts or ())
+    given = len(run.extra[run.extra.index("--rpc") + 1].split(","))
+    several, partial = given > 1, is_partial(layout)
+    # the idle device has no buffer at all (its breakdown row is 0 / 0 / 0 MiB)
+    assert len(interpretation.positions) == given - 1 and set(run.devices) == {"Host", *interpretation.positions}
+    ours = {
+        "Host": main_host_overhead(
+            profile,
+            partial=partial,
+            output_offloaded=layout.output_offloaded,
+            has_main_gpu=False,
+            multi_device=several,
+            host_blocks=layout.cpu_blocks,
+        )
+    }
+    for name, position in interpretation.positions.items():
+        blocks = layout.block_range(position)
+        ours[name] = device_compute_bytes(
+            profile,
+            DeviceRole.RPC,
+            partial=partial,
+            unified_worker=False,
+            holds_output=layout.output_offloaded and position == len(layout.devices) - 1,
+            multi_device=several,
+            first_device=position == 0,
+            host_blocks=layout.cpu_blocks,
+            kinds=range_kinds(profile, blocks.start, blocks.stop),
+            keeps_scan=keeps_scan(profile, blocks.start, blocks.stop),
+        )
+    for name, estimate in ours.items():
+        compute = (estimate.compute_bytes if name == "Host" else estimate) / 2**20
+        measured = run.devices[name].compute_mib
+        assert abs(compute - measured) <= max(0.10 * measured, 16.0), (name, compute, measured)

@@ -39,7 +39,8 @@ _IDLE_DEVICE = (
     "offload runs with pipeline parallelism (4 copies of the inputs: device 106.56 MiB, host 36.08), "
     "while a Layout holds only devices with layers and is priced as one device (74.50, 12.00). "
     "layerfit's own commands name only the devices they use (--device, --rpc), so its plans never meet "
-    "this; underestimates"
+    "this; underestimates. The memory model's pieces told llama.cpp's device count give 106.50 and 36.00 "
+    "(test_device_truth)"
 )
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
     ("rpc2ts01_llama-q4_0_ngl99_c4096", device, "compute"): _IDLE_DEVICE for device in ("Host", "RPC1")

@@ -194,7 +194,13 @@ ROWS: Final[tuple[tuple[str, int, Effect, str], ...]] = (
     ("--check-tensors", 0, NO_EFFECT, ""),
     ("--override-kv", 1, NOT_MODELLED, "changes model metadata that sizes memory"),
     ("--op-offload", 0, NO_EFFECT, ""),
-    ("--no-op-offload", 0, NOT_MODELLED, "changes where host tensor operations compute"),
+    (
+        "--no-op-offload",
+        0,
+        NOT_MODELLED,
+        "a GPU build then computes the host layers' large operations on the CPU; not measured (the CPU "
+        "build and rpc devices never offload them: the same buffers with and without it)",
+    ),
     ("--lora", 1, NOT_MODELLED, "loads adapter weights"),
     ("--lora-scaled", 1, NOT_MODELLED, "loads adapter weights"),
     ("--control-vector", 1, NOT_MODELLED, "loads control vectors"),
