@@ -205,6 +205,15 @@ def test_gpus_per_replica_takes_the_freest_selected_gpus() -> None:
     assert len(every.gpu_selection or ()) == 3
 
 
+def test_selection_keeps_the_models_order() -> None:
+    # GPUStack's pre-check takes the selection grouped by worker in the model's order and names the
+    # first GPU too small for a layer; sorted ids named a:0 where GPUStack names b:1.
+    ids = ["gpustack-b:cuda:0", "gpustack-a:cuda:0", "gpustack-a:cuda:1"]
+    model = {**MODEL, "gpu_selector": {"gpu_ids": ids}}
+    deployment = deployment_from_gpustack(model, profile=MemoryProfile.uniform(4, GiB, 0))
+    assert [str(ref) for ref in deployment.gpu_selection or ()] == ids
+
+
 def test_candidate_shape() -> None:
     cluster = cluster_from_gpustack(WORKERS)
     profile = MemoryProfile.uniform(10, GiB, 0, output_weight_bytes=GiB // 2, rpc_host_fixed_bytes=100)

@@ -122,18 +122,19 @@ def _free_vram(cluster: Cluster | None, ref: GpuRef) -> int:
 
 def selected_gpus(model: Any, cluster: Cluster | None = None) -> list[str] | None:
     """The GPUs one replica uses: every selected GPU, or with ``gpus_per_replica`` (fewer GPUs per
-    replica than selected) that many of them with the most allocatable VRAM, ties in GPU-id order."""
+    replica than selected) that many of them with the most allocatable VRAM, ties in GPU-id order.
+    In the model's order, which GPUStack's pre-check follows (grouped by worker)."""
     gpu_ids = listed(model, "gpu_selector.gpu_ids", "gpu_selector.gpu_ids")
     if not gpu_ids:
         return None
-    ids = sorted(str(gpu) for gpu in gpu_ids)
+    ids = [str(gpu) for gpu in gpu_ids]
     per_replica = field(model, "gpu_selector.gpus_per_replica", None)
     if per_replica is not None:
         per_replica = non_negative(per_replica, "gpu_selector.gpus_per_replica")
     if per_replica is None or per_replica <= 0 or per_replica >= len(ids):
         return ids
     refs = [GpuRef.parse(text) for text in ids]
-    ranked = sorted(range(len(refs)), key=lambda i: (-_free_vram(cluster, refs[i]), i))
+    ranked = sorted(range(len(refs)), key=lambda i: (-_free_vram(cluster, refs[i]), ids[i]))
     return [ids[i] for i in sorted(ranked[: int(per_replica)])]
 
 

@@ -48,8 +48,15 @@ def precheck(ctx: Context, resources_checked: bool = True) -> StrategyResult:
         if resource_check and (not resources_checked or any(_shown(reason) for reason in reasons)):
             found = [reason for reason in found if reason.kind in _INPUT_ERRORS]
         reasons.extend(found)
-        notes.extend(_error_note(reason) for reason in found if _shown(reason))
+        notes.extend(_error_note(reason) for reason in _first_vram_error_only(found) if _shown(reason))
     return StrategyResult(reasons=tuple(reasons), notes=tuple(notes))
+
+
+def _first_vram_error_only(found: list[Reason]) -> list[Reason]:
+    """GPUStack's pre-check ends at the first selected GPU too small for a layer: one message,
+    although each such GPU keeps its typed reason."""
+    vram = [reason for reason in found if reason.kind is ReasonKind.INSUFFICIENT_VRAM]
+    return [reason for reason in found if reason.kind is not ReasonKind.INSUFFICIENT_VRAM or reason is vram[0]]
 
 
 _INPUT_ERRORS = frozenset({ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU, ReasonKind.DISTRIBUTION_NOT_ALLOWED})
@@ -116,7 +123,9 @@ def _selection_errors(ctx: Context) -> list[Reason]:
     refs = ctx.deployment.gpu_selection
     if ctx.selection is None or refs is None or not ctx.workers:
         return []
-    found = (_selected_gpu_error(ctx, ctx.cluster, ref.worker, ref.type, ref.index) for ref in refs)
+    workers = list(dict.fromkeys(ref.worker for ref in refs))  # GPUStack's order: grouped by worker
+    grouped = sorted(refs, key=lambda ref: workers.index(ref.worker))
+    found = (_selected_gpu_error(ctx, ctx.cluster, ref.worker, ref.type, ref.index) for ref in grouped)
     reasons = [reason for reason in found if reason is not None]
     if len(ctx.selection) > 1 and not ctx.deployment.distributed_inference_across_workers:
         message = (
