@@ -17,8 +17,8 @@ from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.plan import Plan, Reason, ReasonKind
 from layerfit.domain.profile import MemoryProfile
 from layerfit.memory import claims as compute_claims
-from layerfit.memory import device_blocks, gpu_layers_flag
-from layerfit.selection import selection_reasons, tensor_split_in_force
+from layerfit.memory import device_blocks, gpu_layers_flag, used_device_blocks
+from layerfit.selection import selection_reasons, tensor_split_in_force, whole_selection
 
 
 def capacity_reasons(cluster: Cluster, *all_claims: Claims) -> tuple[Reason, ...]:
@@ -157,7 +157,8 @@ def rule_reasons(
             )
     tensor_split = tensor_split_in_force(deployment, config)
     if tensor_split is not None:
-        reasons.extend(_tensor_split_reasons(tensor_split, layout, config.offload_order))
+        drops_empty = not whole_selection(deployment, config)
+        reasons.extend(_tensor_split_reasons(tensor_split, layout, config.offload_order, drops_empty))
     reasons.extend(selection_reasons(cluster, deployment, layout, config))
     reasons.extend(expert_reasons(profile, layout))
     if not deployment.cpu_offloading and layout.host_expert_blocks:
@@ -228,25 +229,34 @@ def expert_reasons(profile: MemoryProfile, layout: Layout) -> tuple[Reason, ...]
     return (Reason(kind=ReasonKind.EXPERTS_NOT_HONOURED, message=message, resource="override_tensor"),)
 
 
-def _tensor_split_reasons(tensor_split: tuple[float, ...], layout: Layout, order: OffloadOrder) -> tuple[Reason, ...]:
+def _tensor_split_reasons(
+    tensor_split: tuple[float, ...], layout: Layout, order: OffloadOrder, drops_empty: bool
+) -> tuple[Reason, ...]:
     """The layout must be what llama.cpp makes of the user's split over the layout's devices.
 
     Zero shares name devices that get nothing; the remaining shares map, in order, onto the layout's
-    devices.
+    devices. With ``drops_empty`` a device the split leaves without a layer at the layout's ``-ngl``
+    is not among them either (``memory.used_device_blocks``); over a selection used whole, llama.cpp
+    is given every selected GPU, so each must hold a layer.
     """
     if not layout.devices:
         return ()  # llama.cpp ignores -ts when no layer is on a GPU
     shares = tuple(share for share in tensor_split if share > 0)
-    if len(shares) != len(layout.devices):
+    layers = gpu_layers_flag(layout)
+    if drops_empty:
+        per_device, output_device = used_device_blocks(layout.n_blocks, layers, shares, order)
+        count = f"gives layers to {counted(len(per_device), 'GPUs')} at -ngl {layers}"
+    else:
+        per_device, output_device = device_blocks(layout.n_blocks, layers, shares, order)
+        count = f"has {counted(len(shares), 'non-zero shares')}"
+    if len(per_device) != len(layout.devices):
         return (
             Reason(
                 kind=ReasonKind.TENSOR_SPLIT_NOT_HONOURED,
-                message=f"--tensor-split has {counted(len(shares), 'non-zero shares')}, "
-                f"the layout uses {counted(len(layout.devices), 'GPUs')}",
+                message=f"--tensor-split {count}, the layout uses {counted(len(layout.devices), 'GPUs')}",
                 resource="tensor_split",
             ),
         )
-    per_device, output_device = device_blocks(layout.n_blocks, gpu_layers_flag(layout), shares, order)
     expected_output = len(layout.devices) - 1 if layout.output_offloaded else None
     if per_device != tuple(device.blocks for device in layout.devices) or output_device != expected_output:
         return (

@@ -3,9 +3,11 @@
 A selection is never left: every device of a layout is a selected GPU and its main worker a
 selected worker. By default (GPUStack's rule) the selection is the set of GPUs to use, all of
 them; ``PlannerConfig.selection_is_pool`` makes it a pool to choose from. A ``-ts`` maps onto the
-layout's devices in llama.cpp order. Over a selection used whole, llama.cpp is given exactly the
-selected GPUs and reads only as many shares as it has devices, so extra shares are dropped; when
-the shares it reads are all zero it splits by free memory, as without ``-ts``. With no layer on a
+layout's devices in llama.cpp order; a device it leaves without a layer at a low ``-ngl`` is idle,
+not one of them (``memory.used_device_blocks``), except over a selection used whole. Over a
+selection used whole, llama.cpp is given exactly the selected GPUs and reads only as many shares
+as it has devices, so extra shares are dropped; when the shares it reads are all zero it splits
+by free memory, as without ``-ts``. With no layer on a
 GPU llama.cpp ignores ``-ts``, so a split alone never rules out a CPU-only layout; a selection
 used whole does, with or without a split (as without one: its GPUs are the ones to use).
 """

@@ -174,3 +174,20 @@ def test_tensor_split_output_layer_on_the_device_llama_cpp_chooses() -> None:
     # alone on a second device is not what llama.cpp would build.
     dep = deployment(params=LlamaParams(tensor_split=(20, 1)))
     assert kinds(dep, good) == [ReasonKind.TENSOR_SPLIT_NOT_HONOURED]
+
+
+def test_tensor_split_device_left_empty_at_a_low_ngl() -> None:
+    # -ts 1,1,1 -ngl 2: llama.cpp puts block 9 on the first device and the output layer on the
+    # second (fractions 0 and 1/2 against splits 1/3, 2/3, 1); the third holds nothing, so the
+    # layout is the first two devices. Over a selection used whole llama.cpp is given all three
+    # GPUs, and each selected GPU must hold a layer.
+    dep = deployment(params=LlamaParams(tensor_split=(1, 1, 1), n_gpu_layers=2))
+    two = make_layout("a", 10, [dev("a", 0, 1), dev("a", 1, 0)])
+    assert kinds(dep, two) == []
+    assert kinds(dep, make_layout("a", 10, [dev("a", 0, 1)])) == [ReasonKind.TENSOR_SPLIT_NOT_HONOURED]
+    whole = dep.model_copy(update={"gpu_selection": (GpuRef.parse("a:cuda:0"), GpuRef.parse("a:cuda:1"))})
+    assert kinds(whole, two) == []  # the selection's two GPUs read the first two shares: 1, 1
+    three = Cluster(workers=(worker("a", 1250, 700, 700),))
+    selected = tuple(GpuRef.parse(f"a:cuda:{i}") for i in range(3))
+    reasons = check_layout(three, dep.model_copy(update={"gpu_selection": selected}), PROFILE, two)
+    assert [reason.kind for reason in reasons] == [ReasonKind.TENSOR_SPLIT_NOT_HONOURED]

@@ -46,6 +46,7 @@ from layerfit.errors import LayerfitError
 from layerfit.gpustack.messages import gpustack_messages
 from layerfit.heuristics import plan
 from layerfit.heuristics.notes import Action
+from layerfit.planner import plan as planner_plan
 
 PROFILE = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200, host_fixed_bytes=100)
 
@@ -815,3 +816,16 @@ def test_selected_rpc_gpu_left_empty_by_the_vram_split_takes_a_layer() -> None:
     )
     assert placed(result) == (StrategyClass.DISTRIBUTED, (("b", 0, 2), ("c", 0, 1), ("a", 0, 1)), True)
 
+
+def test_tensor_split_leaving_a_gpu_empty_at_a_low_ngl() -> None:
+    # -ts 1,1,1 -ngl 2 over a's three GPUs: llama.cpp gives block 9 to a:0, the output layer to a:1
+    # and nothing to a:2. GPUStack 2.3.0 offers this layout (a:2 reserved at claim 0); the heuristic
+    # and the solver offered no layer count that left a device of the split empty. a:2 is idle, not
+    # in the layout; the planner's solver finds the same.
+    target = cluster(worker("a", 1000, 1000, 1000))
+    dep = deployment(ngl=2, ts=(1, 1, 1))
+    result = run(target, dep)
+    assert placed(result) == (StrategyClass.PARTIAL_OFFLOAD, (("a", 0, 1), ("a", 1, 0)), True)
+    solved = planner_plan(target, dep, PlannerConfig(time_limit_s=5), PROFILE)
+    assert solved.status is Status.OPTIMAL and solved.best is not None
+    assert [device.blocks for device in solved.best.layout.devices] == [1, 0] and solved.best.layout.output_offloaded

@@ -14,7 +14,8 @@ belongs to the smaller placement without the GPU, which the strategies try on it
 exception is a distributed main worker's GPUs (``Placement.main_gpus_may_idle``): they are all of
 its GPUs, no smaller set is tried, and GPUStack too leaves one the split gives nothing idle. A
 manual selection's devices (``Placement.fill_every_device``) are all used: one the split leaves
-empty takes a layer from the device holding the most (``placement.filled_shape``).
+empty takes a layer from the device holding the most (``placement.filled_shape``). Under a user
+``-ts`` (``Placement.devices_may_idle``) a device the split leaves empty is simply not in the layout.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ class Evaluator:
         if with_share == 0:
             return False
         used = {device.gpu_index for device in self.placement_shape(where, n_gpu_layers).devices}
+        if where.devices_may_idle:
+            return bool(used)
         if where.main_gpus_may_idle:
             needed = {i for i, share in enumerate(where.shares) if share > 0 and where.tokens[i] != 0}
             return needed <= used and bool(used)

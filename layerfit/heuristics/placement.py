@@ -40,6 +40,9 @@ class Placement:
     main_gpus_may_idle: bool = False
     """The main worker's GPUs are fixed (all of them, in a distributed layout): one the split leaves
     without a layer stays idle, as in GPUStack, since no smaller placement is tried instead."""
+    devices_may_idle: bool = False
+    """The shares are the user's ``-ts`` over a worker's GPUs: a device it leaves without a layer at
+    a low ``-ngl`` stays idle and is not in the layout (as ``check`` reads a split)."""
     fill_every_device: bool = False
     """The devices are a manual selection used whole: one the VRAM split leaves without a layer
     takes one from the device with the most (``filled_shape``), so that every selected GPU is used
@@ -52,6 +55,7 @@ def placement(
     shares: tuple[float, ...] | None = None,
     *,
     main_gpus_may_idle: bool = False,
+    devices_may_idle: bool = False,
     fill_every_device: bool = False,
 ) -> Placement:
     """A placement; ``shares`` default to the devices' allocatable VRAM (GPUStack's split)."""
@@ -74,6 +78,7 @@ def placement(
         worker_ram_bytes=tuple(ram),
         worker_unified=tuple(unified),
         main_gpus_may_idle=main_gpus_may_idle,
+        devices_may_idle=devices_may_idle,
         fill_every_device=fill_every_device,
     )
 

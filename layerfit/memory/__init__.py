@@ -45,6 +45,7 @@ from layerfit.memory.splits import (
     output_offloaded_for,
     split_layers,
     tensor_split_counts,
+    used_device_blocks,
 )
 
 __all__ = [
@@ -69,4 +70,5 @@ __all__ = [
     "range_kinds",
     "split_layers",
     "tensor_split_counts",
+    "used_device_blocks",
 ]

@@ -93,6 +93,17 @@ def device_blocks(
     return tuple(per_device), devices[n_blocks]
 
 
+def used_device_blocks(
+    n_blocks: int, n_gpu_layers: int, tensor_split: Sequence[float], order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
+) -> tuple[tuple[int, ...], int | None]:
+    """``device_blocks`` over the devices llama.cpp gives a layer (the output layer counts), the
+    ones it leaves empty left out: their blocks in device order, and the position of the output
+    layer's device among them (the last, as the output layer is the last layer; ``None``: host)."""
+    per_device, output_device = device_blocks(n_blocks, n_gpu_layers, tensor_split, order)
+    kept = [i for i, blocks in enumerate(per_device) if blocks or i == output_device]
+    return tuple(per_device[i] for i in kept), None if output_device is None else kept.index(output_device)
+
+
 def split_layers(
     n_blocks: int, n_gpu_layers: int, tensor_split: Sequence[float], order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
 ) -> tuple[int, tuple[int, ...], bool]:

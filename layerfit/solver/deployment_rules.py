@@ -13,7 +13,7 @@ from layerfit.domain.config import OffloadOrder, PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.profile import MemoryProfile
-from layerfit.memory import device_blocks
+from layerfit.memory import device_blocks, used_device_blocks
 from layerfit.selection import tensor_split_in_force, whole_selection
 
 
@@ -23,7 +23,9 @@ class TensorSplit:
 
     shares: tuple[float, ...]
     blocks_by_layers: Mapping[int, tuple[int, ...]]
-    """GPU layers -> blocks per device; only counts where every device gets a valid share."""
+    """GPU layers -> blocks per device; only counts with a valid layout. The devices are those
+    llama.cpp gives a layer at that count (fewer than the shares when it leaves some empty), or,
+    over a selection used whole, every device, each holding a layer."""
 
     @property
     def n_devices(self) -> int:
@@ -62,9 +64,10 @@ def deployment_rules(deployment: Deployment, profile: MemoryProfile, config: Pla
         partial_values = (False, True)
     split = None
     shares = tensor_split_in_force(deployment, config)
+    whole = whole_selection(deployment, config)
     if shares is not None:
-        split = tensor_split_blocks(shares, profile.n_blocks, config.offload_order)
-    if not whole_selection(deployment, config) or deployment.gpu_selection is None:
+        split = tensor_split_blocks(shares, profile.n_blocks, config.offload_order, drops_empty=not whole)
+    if not whole or deployment.gpu_selection is None:
         device_count = None
     else:  # used whole: every selected GPU, or with a -ts one device per share llama.cpp reads
         device_count = len(deployment.gpu_selection) if split is None else split.n_devices
@@ -79,14 +82,20 @@ def deployment_rules(deployment: Deployment, profile: MemoryProfile, config: Pla
     )
 
 
-def tensor_split_blocks(tensor_split: Iterable[float], n_blocks: int, order: OffloadOrder) -> TensorSplit:
-    """For every GPU-layer count, the blocks llama.cpp gives each device (``memory.device_blocks``),
-    as ``check`` reads a split; counts that leave a device without a layer, or put the output layer
-    anywhere but on the last device, are dropped (no layout over these devices matches them)."""
+def tensor_split_blocks(
+    tensor_split: Iterable[float], n_blocks: int, order: OffloadOrder, *, drops_empty: bool = True
+) -> TensorSplit:
+    """For every GPU-layer count, the blocks llama.cpp gives each device, as ``check`` reads a split:
+    with ``drops_empty``, over the devices it gives a layer (``memory.used_device_blocks``);
+    without, over every device, and counts that leave one without a layer are dropped (no layout
+    over these devices matches them)."""
     shares = tuple(share for share in tensor_split if share > 0)
     last = len(shares) - 1
     table: dict[int, tuple[int, ...]] = {}
     for layers in range(1, n_blocks + 2):
+        if drops_empty:
+            table[layers] = used_device_blocks(n_blocks, layers, shares, order)[0]
+            continue
         per_device, output_device = device_blocks(n_blocks, layers, shares, order)
         # every device holds a layer, and the output layer (when offloaded) is on the last one
         if all(per_device[:-1]) and (per_device[-1] or output_device == last) and output_device in (None, last):

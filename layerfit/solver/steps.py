@@ -9,6 +9,7 @@ step's GPU-count bound, the step is proven without a CP-SAT search.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from ortools.sat.python import cp_model
 
@@ -43,7 +44,11 @@ def single_worker_step(
 ) -> SearchOutcome | Status:
     """The ceiling on one worker with exactly ``k = 1, 2, ...`` GPUs, tie-break included."""
     split, used = instance.rules.tensor_split, instance.rules.device_count
-    gpu_counts = range(1, instance.local_slots + 1) if split is None else (split.n_devices,)
+    if split is None:
+        gpu_counts: Sequence[int] = range(1, instance.local_slots + 1)
+    else:  # the devices the split gives a layer at the ceiling
+        row = split.blocks_by_layers.get(ceiling)
+        gpu_counts = () if row is None else (len(row),)
     gpu_counts = gpu_counts if used is None else (used,)  # a selection used whole
     for k in gpu_counts:
         if k > instance.local_slots:

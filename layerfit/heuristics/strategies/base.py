@@ -59,7 +59,8 @@ def fills_selection(ctx: Context) -> bool:
 
 def worker_placement(ctx: Context, worker: WorkerView, devices: tuple[GpuView, ...]) -> Placement:
     """Several GPUs of one worker, split by the user's ``-ts`` or by allocatable VRAM."""
-    return placement(worker, devices, ctx.tensor_split, fill_every_device=fills_selection(ctx))
+    idle = ctx.tensor_split is not None and ctx.selection is None
+    return placement(worker, devices, ctx.tensor_split, devices_may_idle=idle, fill_every_device=fills_selection(ctx))
 
 
 def tensor_split_devices(
@@ -91,5 +92,10 @@ def with_share(ctx: Context, devices: tuple[GpuView, ...]) -> tuple[GpuView, ...
 
 
 def room_for_layers(ctx: Context, devices: tuple[GpuView, ...]) -> int:
-    """VRAM of the devices less the least they cost besides layers: an upper bound for layer bytes."""
-    return sum(gpu.vram_bytes for gpu in devices) - ctx.evaluator.devices_overhead(with_share(ctx, devices))
+    """VRAM of the devices less the least they cost besides layers: an upper bound for layer bytes.
+    Under a user ``-ts`` on one worker a device may be left empty: only one is sure to cost."""
+    paying = with_share(ctx, devices)
+    if ctx.tensor_split is not None and ctx.selection is None and paying:
+        least = min(ctx.evaluator.devices_overhead((gpu,)) for gpu in paying)
+        return sum(gpu.vram_bytes for gpu in devices) - least
+    return sum(gpu.vram_bytes for gpu in devices) - ctx.evaluator.devices_overhead(paying)
