@@ -731,6 +731,13 @@ GIB_PROFILE = MemoryProfile.uniform(
             {"select": ("a:cuda:1",)},
             "Selected GPU a:cuda:1 lacks enough VRAM. At least 2.5 GiB is required.",
         ),
+        # The selected GPU has no allocatable VRAM left: GPUStack counts GPUs with VRAM first and
+        # says so, before it looks at the selected GPU (found by benchmarks/gpustack_diff.py).
+        (
+            (worker("a", 20 * GiB, 0, ram=20 * GiB),),
+            {"select": ("a:cuda:1",)},
+            "Selected GPUs need at least 2.5 GiB of available VRAM.",
+        ),
         # Two too small: GPUStack's pre-check ends at the first, taking the selection grouped by
         # worker (b:0, b:1, then a:0), so b:1 is named, not a:0 (found by benchmarks/gpustack_diff.py).
         (

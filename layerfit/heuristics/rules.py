@@ -101,8 +101,10 @@ def _nothing_allocatable(ctx: Context) -> list[Reason]:
 
     GPUStack searches on: a selection gets its no-allocatable-VRAM error, GPUs get its no-available-
     resources note, and a cluster without GPUs the CPU advice. Shown as the pre-check error here.
+    A selection none of whose GPUs has allocatable VRAM gets that error too, whatever RAM is left
+    (GPUStack counts GPUs with VRAM, before it looks at each selected GPU).
     """
-    if ctx.workers:
+    if ctx.workers and (ctx.selection is None or ctx.gpus or not _selection_exists(ctx)):
         return []
     if ctx.selection is not None:
         message = f"Selected GPUs need at least {gib(ctx.local_floor(False))} GiB of available VRAM."
@@ -117,6 +119,13 @@ def _nothing_allocatable(ctx: Context) -> list[Reason]:
             f"The largest available worker provides {gib(0)} GiB RAM."
         )
     return [Reason(kind=ReasonKind.NO_CANDIDATE, resource="workers", message=message)]
+
+
+def _selection_exists(ctx: Context) -> bool:
+    """Every selected GPU is in the cluster (an unknown one is named by its own input error)."""
+    return not any(
+        reason.kind in (ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU) for reason in _selection_errors(ctx)
+    )
 
 
 def _selection_errors(ctx: Context) -> list[Reason]:
