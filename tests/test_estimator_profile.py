@@ -35,8 +35,8 @@ KV_ROWS = [
     ("3 separate sequences", {}, ["-np", "3"], (512 * 8448,) * 4),
     ("5 sequences of 2048 cells", {}, ["-c", "2048", "-np", "5"], (512 * 5 * 512,) * 4),
     (
-        "per-layer KV heads",
-        {"metadata": {"{arch}.attention.head_count_kv": (2, 0, 2, 1)}},
+        "per-layer KV heads",  # openelm sizes each layer by its own counts (llama refuses them)
+        {"architecture": "openelm", "metadata": {"{arch}.attention.head_count_kv": (2, 0, 2, 1)}},
         [],
         (4 * MiB, 0, 4 * MiB, 2 * MiB),
     ),

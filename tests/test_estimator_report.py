@@ -13,7 +13,8 @@ from layerfit.memory import claims, make_layout
 
 
 def test_table_groups_equal_blocks_and_reports_claims(tmp_path: Path) -> None:
-    overrides = {"metadata": {"{arch}.attention.head_count_kv": (2, 2, 0, 2)}}
+    # openelm sizes each layer by its own KV heads (llama tensors this uniform are refused)
+    overrides = {"architecture": "openelm", "metadata": {"{arch}.attention.head_count_kv": (2, 2, 0, 2)}}
     shape = read_gguf(str(write_tiny(tmp_path, data="header", **overrides)))
     profile = estimate_profile(shape, LlamaParams(ctx_size=4096))
     text = estimate_table(shape, estimate_report(shape, LlamaParams(ctx_size=4096)))
@@ -25,7 +26,7 @@ def test_table_groups_equal_blocks_and_reports_claims(tmp_path: Path) -> None:
     cpu = claims(profile, Layout(main_worker="host", n_blocks=4))
     assert f"VRAM {format_bytes(full.devices[0].total_bytes)}" in text
     assert f"CPU only: RAM {format_bytes(cpu.workers[0].ram_bytes)}" in text
-    assert "tiny (llama): 4 blocks" in lines[0]
+    assert "tiny (openelm): 4 blocks" in lines[0]
 
 
 def test_table_lists_warnings(tmp_path: Path) -> None:

@@ -88,6 +88,11 @@ RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv
 HYBRID = frozenset({"jamba", "granitehybrid", "nemotron_h"})
 """Layers with ``head_count_kv == 0`` are recurrent, the others attend with a KV cache."""
 
+PER_LAYER_HEADS = frozenset({"jamba", "granitehybrid", "nemotron_h"})
+"""Architectures whose layers llama.cpp builds with their own ``head_count``; every other modelled
+architecture runs every layer with layer 0's (a per-layer array that varies is read, checked
+against the tensors and run as layer 0's value)."""
+
 FFN_ONLY_LAYERS = frozenset({"nemotron_h"})
 """Hybrids with a third kind of layer: ``head_count_kv == 0`` and a non-zero
 ``feed_forward_length`` is a feed-forward-only layer (no KV cache, no recurrent state)."""

@@ -177,6 +177,7 @@ class Keys:
         LLM_KV_SPLIT_TENSORS_COUNT = "split.tensors.count"
 
     class Tokenizer:
+        MODEL = "tokenizer.ggml.model"
         LIST = "tokenizer.ggml.tokens"
         TOKEN_TYPE_COUNT = "tokenizer.ggml.token_type_count"
 

@@ -15,11 +15,12 @@ from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.errors import EstimationError
 from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
-from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, TensorInfo, read_header
+from layerfit.estimators.gguf_reader import GgufHeader, TensorInfo, read_header
 from layerfit.estimators.header_access import (
     MetaReader,
     TensorGroups,
 )
+from layerfit.estimators.tensor_check import EXPERT_WIDTH_KEY, check_shape, vocabulary_size
 
 _FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16})
 POOLING_RANK = 4
@@ -194,7 +195,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     matrices = [t for block in tensors.blocks for t in block.values()] + list(tensors.outputs.values())
     if tied and token_embd is not None:
         matrices.append(token_embd)
-    return ModelShape(
+    shape = ModelShape(
         path=header.path,
         files=header.files,
         architecture=arch,
@@ -218,8 +219,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         expert_count=meta.integer(Keys.LLM.EXPERT_COUNT, 0),
         expert_used_count=meta.integer(Keys.LLM.EXPERT_USED_COUNT, 0),
         expert_shared_count=meta.integer(Keys.LLM.EXPERT_SHARED_COUNT, 0),
-        expert_feed_forward_length=meta.integer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 0)
-        or max((tensors.dim(i, "ffn_up_exps.weight", 1) for i in range(n)), default=0),
+        expert_feed_forward_length=_expert_width(meta, tensors, arch, n),
         leading_dense_block_count=meta.integer(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),
         ffn_width=tuple(tensors.ffn_width(i, arch in arch_rules.FUSED_GATE_UP) for i in range(n)),
         recurrent_layers=recurrent,
@@ -254,6 +254,16 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         header_bytes=header.header_bytes,
         warnings=tuple(warnings),
     )
+    check_shape(shape, meta, tensors)
+    return shape
+
+
+def _expert_width(meta: MetaReader, tensors: TensorGroups, arch: str, n: int) -> int:
+    """The routed experts' width: the key where llama.cpp sizes them by it, else their tensors."""
+    from_tensors = max((tensors.dim(i, "ffn_up_exps.weight", 1) for i in range(n)), default=0)
+    if arch in EXPERT_WIDTH_KEY or not from_tensors:
+        return meta.integer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 0) or from_tensors
+    return from_tensors
 
 
 def _shared_kv_layers(meta: MetaReader, arch: str, n: int) -> int:
@@ -299,6 +309,11 @@ def _attention(
             return (0,) * n, (0,) * n, 0, 0
         return _attention_from_tensors(meta, tensors, n, n_embd, warnings)
     heads = meta.per_layer(Keys.Attention.HEAD_COUNT, n, None)
+    if arch in arch_rules.KNOWN_ARCHITECTURES and arch not in arch_rules.PER_LAYER_HEADS and len(set(heads)) > 1:
+        warnings.append(
+            f"{meta.key(Keys.Attention.HEAD_COUNT)} varies by layer: llama.cpp runs every layer with {heads[0]}"
+        )
+        heads = (heads[0],) * n
     heads_kv = meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n, -1) if meta.has(Keys.Attention.HEAD_COUNT_KV) else heads
     if arch in arch_rules.RECURRENT:
         heads_kv = (0,) * n
@@ -328,13 +343,10 @@ def _attention_from_tensors(
 
 
 def _vocab_size(meta: MetaReader, token_embd: TensorInfo | None, output: TensorInfo | None) -> int:
-    if meta.has(Keys.LLM.VOCAB_SIZE):
-        return meta.integer(Keys.LLM.VOCAB_SIZE)
-    tokens = meta.metadata.get(Keys.Tokenizer.LIST)
-    if isinstance(tokens, ArrayInfo):
-        return tokens.length
-    if isinstance(tokens, tuple):
-        return len(tokens)
+    """llama.cpp's vocabulary: the token list (``vocab_size`` without one), else the embedding's rows."""
+    vocab = vocabulary_size(meta)
+    if vocab is not None:
+        return vocab[1]
     for tensor in (output, token_embd):
         if tensor is not None and len(tensor.shape) >= 2:
             return tensor.shape[1]

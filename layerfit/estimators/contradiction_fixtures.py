@@ -1,0 +1,132 @@
+"""Architecture models whose metadata contradicts their tensors, for the estimator's load checks.
+
+Each entry of ``CONTRADICTIONS`` takes an ``ARCH_MODELS`` model's tensor table unchanged and
+writes it under changed metadata (or a changed tokenizer), so that one hyperparameter disagrees with
+the tensors that carry it. llama.cpp refuses every one of them at load; the estimator must refuse
+them too, naming the key. ``LOADABLE`` are files with a key that disagrees with the tensors where
+llama.cpp ignores that key, which must still be estimated (with llama.cpp's numbers).
+``benchmarks/contradiction_truth.py`` runs both sets through the real llama.cpp.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from gguf import Keys
+
+from layerfit.estimators.arch_fixtures import ARCH_MODELS, TOKENIZER, arch_tensor_table
+from layerfit.estimators.synthetic import DataMode, write_gguf
+
+
+class Contradiction(NamedTuple):
+    model: str
+    """The ``ARCH_MODELS`` entry whose tensors are kept."""
+    metadata: dict[str, int | tuple[int, ...] | None]
+    """Keys (``{arch}`` expanded) written instead of the model's own."""
+    key: str
+    """The key the estimator names (``{arch}`` expanded)."""
+    tensor: str = ""
+    """A tensor the refusal names ("" where it names none)."""
+    vocab_size: int = 0
+    """A tokenizer of this many tokens instead of the model's (0: the model's)."""
+
+
+CONTRADICTIONS: dict[str, Contradiction] = {
+    "llama-head-count": Contradiction(
+        "llama-q4_0", {Keys.Attention.HEAD_COUNT: 65536}, Keys.Attention.HEAD_COUNT, "blk.0.attn_q.weight"
+    ),
+    "llama-head-count-kv": Contradiction(
+        "llama-q4_0", {Keys.Attention.HEAD_COUNT_KV: 4}, Keys.Attention.HEAD_COUNT_KV, "blk.0.attn_k.weight"
+    ),
+    "llama-key-length": Contradiction(
+        "llama-q4_0",
+        {Keys.Attention.KEY_LENGTH: 64, Keys.Attention.VALUE_LENGTH: 64},
+        Keys.Attention.HEAD_COUNT,
+        "blk.0.attn_q.weight",
+    ),
+    "llama-embedding-length": Contradiction(
+        "llama-q4_0", {Keys.LLM.EMBEDDING_LENGTH: 2048}, Keys.LLM.EMBEDDING_LENGTH, "token_embd.weight"
+    ),
+    "llama-tokenizer": Contradiction(
+        "llama-q4_0", {Keys.LLM.VOCAB_SIZE: None}, "tokenizer.ggml.tokens", "token_embd.weight", vocab_size=32768
+    ),
+    "llama-block-count-more": Contradiction("llama-q4_0", {Keys.LLM.BLOCK_COUNT: 6}, Keys.LLM.BLOCK_COUNT),
+    "llama-block-count-fewer": Contradiction(
+        "llama-q4_0", {Keys.LLM.BLOCK_COUNT: 3}, Keys.LLM.BLOCK_COUNT, "blk.3.attn_norm.weight"
+    ),
+    "llama-head-count-kv-array": Contradiction(
+        "llama-q4_0", {Keys.Attention.HEAD_COUNT_KV: (2, 4, 2, 2)}, Keys.Attention.HEAD_COUNT_KV, "blk.1.attn_k.weight"
+    ),
+    "granitehybrid-head-count-array": Contradiction(
+        "granitehybrid-q8_0",
+        {Keys.Attention.HEAD_COUNT: (8, 8, 8, 8, 8, 16)},
+        Keys.Attention.HEAD_COUNT,
+        "blk.5.attn_q.weight",
+    ),
+    "phi3-fused-qkv": Contradiction(
+        "phi-fused-q4_0", {Keys.Attention.HEAD_COUNT_KV: 2}, Keys.Attention.HEAD_COUNT, "blk.0.attn_qkv.weight"
+    ),
+    "qwen3moe-expert-count": Contradiction(
+        "qwen3moe-q8_0", {Keys.LLM.EXPERT_COUNT: 32}, Keys.LLM.EXPERT_COUNT, "blk.0.ffn_gate_inp.weight"
+    ),
+    "qwen3moe-expert-width": Contradiction(
+        "qwen3moe-q8_0",
+        {Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: 256},
+        Keys.LLM.EXPERT_FEED_FORWARD_LENGTH,
+        "blk.0.ffn_up_exps.weight",
+    ),
+    "qwen3moe-experts-used": Contradiction(
+        "qwen3moe-q8_0", {Keys.LLM.EXPERT_USED_COUNT: 20}, Keys.LLM.EXPERT_USED_COUNT
+    ),
+    "deepseek2-kv-lora-rank": Contradiction(
+        "deepseek2-q8_0",
+        {Keys.Attention.KV_LORA_RANK: 256, Keys.Attention.KEY_LENGTH: 320, Keys.Attention.VALUE_LENGTH: 256},
+        Keys.Attention.KV_LORA_RANK,
+        "blk.0.attn_kv_a_mqa.weight",
+    ),
+    "mamba2-state-size": Contradiction(
+        "mamba2-f16", {Keys.SSM.STATE_SIZE: 64}, Keys.SSM.STATE_SIZE, "blk.0.ssm_conv1d.weight"
+    ),
+    "mamba2-inner-size": Contradiction(
+        "mamba2-f16", {Keys.SSM.INNER_SIZE: 4096}, Keys.SSM.INNER_SIZE, "blk.0.ssm_out.weight"
+    ),
+    "granitehybrid-head-count-kv": Contradiction(
+        "granitehybrid-q8_0",
+        {Keys.Attention.HEAD_COUNT_KV: (0, 0, 2, 0, 0, 0)},
+        Keys.Attention.HEAD_COUNT_KV,
+        "blk.5.attn_k.weight",
+    ),
+}
+"""Files llama.cpp refuses at load, by the hyperparameter their tensors contradict."""
+
+LOADABLE: dict[str, Contradiction] = {
+    "llama-vocab-size-key": Contradiction("llama-q4_0", {Keys.LLM.VOCAB_SIZE: 50000}, Keys.LLM.VOCAB_SIZE),
+    "qwen3-head-count-array": Contradiction(
+        "qwen3-f16", {Keys.Attention.HEAD_COUNT: (16, 16, 32, 16)}, Keys.Attention.HEAD_COUNT
+    ),
+    "olmoe-expert-width-key": Contradiction(
+        "olmoe-q4_0", {Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: 999}, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
+    ),
+}
+"""Files whose key disagrees with the tensors where llama.cpp ignores the key: the tokenizer's
+list sizes the vocabulary, qwen3 runs every layer with layer 0's head count, and olmoe's experts
+are as wide as ``feed_forward_length``."""
+
+
+def write_contradiction(
+    directory: str | os.PathLike[str], name: str, case: Contradiction, *, data: DataMode = "header"
+) -> Path:
+    """Write the case as ``directory/name.gguf``: its model's tensors under the changed metadata."""
+    spec = ARCH_MODELS[case.model]
+    tensors = arch_tensor_table(spec)
+    changed = spec.model_copy(
+        update={
+            "metadata": {**spec.metadata, **case.metadata},
+            "vocab_size": case.vocab_size or spec.vocab_size,
+        }
+    )
+    path = Path(directory) / f"{name}.gguf"
+    write_gguf(path, changed, data=data, tokenizer=True, tensors=tensors, tokenizer_model=TOKENIZER)
+    return path

@@ -1,0 +1,110 @@
+"""Metadata that contradicts the tensors is refused as llama.cpp refuses it at load, and every real
+or measured model is still accepted (``estimators.tensor_check``).
+
+``gguf_fixtures/ground_truth/cpu-contradictions.csv`` holds what the real llama.cpp CPU build did
+with each crafted file (``benchmarks/contradiction_truth.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from fixtures_gguf import GROUND_TRUTH_DIR, gemma_270m_path, write_tiny
+
+from layerfit.cli import EXIT_BAD_INPUT, main
+from layerfit.errors import EstimationError
+from layerfit.estimators import read_gguf
+from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.estimators.contradiction_fixtures import CONTRADICTIONS, LOADABLE, write_contradiction
+from layerfit.estimators.synthetic import GROUND_TRUTH_MODELS, REAL_MODELS, write_gguf
+
+TRUTH = GROUND_TRUTH_DIR / "cpu-contradictions.csv"
+
+
+def _expanded(template: str, model: str) -> str:
+    return template.format(arch=ARCH_MODELS[model].architecture)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every crafted file, header-only, written once."""
+    directory = tmp_path_factory.mktemp("contradictions")
+    return {name: write_contradiction(directory, name, case) for name, case in {**CONTRADICTIONS, **LOADABLE}.items()}
+
+
+def _recorded() -> dict[str, dict[str, str]]:
+    with open(TRUTH, newline="") as handle:
+        return {row["case"]: row for row in csv.DictReader(handle)}
+
+
+@pytest.mark.parametrize("name", sorted(CONTRADICTIONS))
+def test_a_contradicting_file_is_refused_naming_key_tensor_and_values(written: dict[str, Path], name: str) -> None:
+    case = CONTRADICTIONS[name]
+    with pytest.raises(EstimationError) as caught:
+        read_gguf(str(written[name]))
+    error = caught.value
+    assert error.where == _expanded(case.key, case.model), str(error)
+    assert case.tensor in error.problem and "llama.cpp refuses" in error.problem, str(error)
+    assert any(str(value) in error.problem for value in [*_numbers(case.metadata), case.vocab_size]), str(error)
+
+
+def _numbers(metadata: dict[str, int | tuple[int, ...] | None]) -> list[int]:
+    values: list[int] = []
+    for value in metadata.values():
+        values += list(value) if isinstance(value, tuple) else [value] if value is not None else []
+    return values
+
+
+def test_the_estimator_refuses_exactly_what_llama_cpp_refused(written: dict[str, Path]) -> None:
+    """Every crafted file was run through llama.cpp: refused (load error or assertion) or ran."""
+    recorded = _recorded()
+    assert set(recorded) == set(CONTRADICTIONS) | set(LOADABLE)
+    for name, row in recorded.items():
+        llama_refused = row["llama_exit"] != "0"
+        assert llama_refused == (name in CONTRADICTIONS), row
+        try:
+            read_gguf(str(written[name]))
+            refused = False
+        except EstimationError:
+            refused = True
+        assert refused == llama_refused, (name, row["llama_error"])
+
+
+def test_keys_llama_cpp_ignores_are_estimated_with_llama_cpp_numbers(written: dict[str, Path]) -> None:
+    vocab = read_gguf(str(written["llama-vocab-size-key"]))
+    assert vocab.vocab_size == ARCH_MODELS["llama-q4_0"].vocab_size  # the token list, not vocab_size 50000
+    heads = read_gguf(str(written["qwen3-head-count-array"]))
+    assert heads.head_count == (16,) * 4  # llama.cpp runs every qwen3 layer with layer 0's count
+    assert any("varies by layer" in warning for warning in heads.warnings)
+    experts = read_gguf(str(written["olmoe-expert-width-key"]))
+    assert experts.expert_feed_forward_length == ARCH_MODELS["olmoe-q4_0"].feed_forward_length != 999
+
+
+def test_every_fixture_and_real_model_is_accepted(tmp_path: Path) -> None:
+    """Architecture models (measured with llama.cpp, with their tokenizer), the ground-truth and
+    catalogue models, and the real gemma-3-270m file."""
+    paths = [write_arch_model(tmp_path, name) for name in ARCH_MODELS]
+    for name, spec in {**GROUND_TRUTH_MODELS, **REAL_MODELS}.items():
+        paths += write_gguf(tmp_path / f"{name}.gguf", spec)
+    paths.append(gemma_270m_path())
+    for path in paths:
+        assert read_gguf(str(path)).block_count > 0, path
+
+
+def test_tensors_beyond_block_count_are_refused_for_a_modelled_architecture(
+    written: dict[str, Path], tmp_path: Path
+) -> None:
+    with pytest.raises(EstimationError, match=r"3 blocks, but the file has tensor 'blk\.3\."):
+        read_gguf(str(written["llama-block-count-fewer"]))
+    # an architecture the estimator does not model keeps them on the host, with a warning
+    unknown = write_tiny(tmp_path, data="header", architecture="openelm", metadata={"{arch}.block_count": 3})
+    assert any("beyond block_count 3" in warning for warning in read_gguf(str(unknown)).warnings)
+
+
+def test_the_cli_exits_two_naming_the_key(capsys: pytest.CaptureFixture[str], written: dict[str, Path]) -> None:
+    code = main(["estimate", str(written["llama-head-count"])])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and "Traceback" not in err, err
+    assert "llama.attention.head_count: head_count 65536" in err and "blk.0.attn_q.weight" in err, err
