@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerfit.errors import EstimationError
-from layerfit.estimators import ArrayInfo, estimate_profile, read_gguf, read_header
-from layerfit.estimators import gguf_reader as reader
+from layerfit.estimators import ArrayInfo, estimate_profile, gguf_cursor, read_gguf, read_header
 from layerfit.estimators.synthetic import set_version, write_gguf
 
 STRING, UINT32, ARRAY = GGUFValueType.STRING, GGUFValueType.UINT32, GGUFValueType.ARRAY
@@ -66,9 +65,9 @@ def test_string_arrays_are_skipped_across_read_windows(
     # A tokenizer of 1000 strings skipped through windows smaller than one string, and larger.
     path = write_tiny(tmp_path, data="header", tokenizer=True)
     expected = read_header(path)
-    monkeypatch.setattr(reader, "_CHUNK", window)
-    monkeypatch.setattr(reader, "_MAX_WINDOW", window)
-    monkeypatch.setattr(reader, "_STRING_GUESS_BYTES", 4)
+    monkeypatch.setattr(gguf_cursor, "CHUNK", window)
+    monkeypatch.setattr(gguf_cursor, "MAX_WINDOW", window)
+    monkeypatch.setattr(gguf_cursor, "STRING_GUESS_BYTES", 4)
     assert read_header(path) == expected
 
 
@@ -323,6 +322,6 @@ def test_string_walk_stops_where_a_string_runs_past_the_window(
     also when a length prefix is absurd (past any buffer) or cut in half."""
     buf = b"\x01" * start + b"".join(n.to_bytes(8, "little") + b"x" * min(n, 40) for n in lengths)
     count = len(lengths) + extra
-    assert reader._walk_strings(buf, start, count, cut) == _walk_reference(buf, start, count, cut)
+    assert gguf_cursor.walk_strings(buf, start, count, cut) == _walk_reference(buf, start, count, cut)
     whole = len(lengths), len(buf)
-    assert reader._walk_strings(buf, start, *whole) == _walk_reference(buf, start, *whole)
+    assert gguf_cursor.walk_strings(buf, start, *whole) == _walk_reference(buf, start, *whole)

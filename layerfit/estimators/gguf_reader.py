@@ -18,11 +18,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
-from itertools import pairwise, repeat
-from typing import BinaryIO, NamedTuple
+from itertools import pairwise
+from typing import NamedTuple
 
 from layerfit.errors import EstimationError
 from layerfit.estimators.gguf_constants import (
@@ -30,341 +28,44 @@ from layerfit.estimators.gguf_constants import (
     GGUF_DEFAULT_ALIGNMENT,
     GGUF_MAGIC,
     GGMLQuantizationType,
-    GGUFValueType,
     Keys,
 )
+from layerfit.estimators.gguf_cursor import MAX_STRING_BYTES, MAX_STRINGS, Cursor
+from layerfit.estimators.gguf_metadata import KEEP_ARRAY_ITEMS, KEEP_STRING_ITEMS, MAX_KEY_BYTES, read_metadata
+from layerfit.estimators.gguf_types import ArrayInfo, GgufHeader, MetaValue, SkippedString, TensorInfo
 from layerfit.estimators.sanity import check_metadata
+
+__all__ = [
+    "KEEP_ARRAY_ITEMS",
+    "KEEP_STRING_ITEMS",
+    "MAX_KEY_BYTES",
+    "MAX_METADATA_ENTRIES",
+    "MAX_STRINGS",
+    "MAX_STRING_BYTES",
+    "MAX_TENSORS",
+    "ArrayInfo",
+    "GgufHeader",
+    "MetaValue",
+    "SkippedString",
+    "TensorInfo",
+    "read_header",
+    "shard_paths",
+    "tensor_n_bytes",
+]
 
 SUPPORTED_VERSIONS = (2, 3)
 MAX_DIMS = 4
 """ggml tensors have at most four dimensions."""
 MAX_TENSOR_NAME_BYTES = 63
 """ggml keeps tensor names in 64-byte buffers, terminator included."""
-MAX_KEY_BYTES = 65535
-KEEP_ARRAY_ITEMS = 4096
-"""Numeric arrays up to this length are decoded (per-layer values); longer ones are skipped."""
-KEEP_STRING_ITEMS = 64
-"""String arrays up to this length are decoded (tags, languages); longer ones are skipped."""
-MAX_STRING_BYTES = 1 << 20
-"""Longer metadata strings are skipped unread (``SkippedString``); chat templates are ~100 KB."""
-MAX_STRINGS = 1 << 21
-"""Strings in skipped string arrays, all arrays of a file together (vocabularies and merges of real
-models have a few hundred thousand); more are refused rather than walked."""
 MAX_METADATA_ENTRIES = 1 << 16
 """Metadata entries per file (real files have fewer than a hundred)."""
 MAX_TENSORS = 1 << 17
 """Tensor-table entries per file (real files have a few thousand at most)."""
-_CHUNK = 1 << 20
 _MAX_INT64 = (1 << 63) - 1
 _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8
 _MIN_KV_BYTES = 8 + 4 + 1
-_STRING_GUESS_BYTES = 32
-"""Bytes per string assumed when sizing the read window for a skipped string array."""
-_MAX_WINDOW = 16 << 20
-
-_SCALAR_FORMATS: dict[GGUFValueType, struct.Struct] = {
-    GGUFValueType.UINT8: struct.Struct("<B"),
-    GGUFValueType.INT8: struct.Struct("<b"),
-    GGUFValueType.UINT16: struct.Struct("<H"),
-    GGUFValueType.INT16: struct.Struct("<h"),
-    GGUFValueType.UINT32: struct.Struct("<I"),
-    GGUFValueType.INT32: struct.Struct("<i"),
-    GGUFValueType.FLOAT32: struct.Struct("<f"),
-    GGUFValueType.BOOL: struct.Struct("<?"),
-    GGUFValueType.UINT64: struct.Struct("<Q"),
-    GGUFValueType.INT64: struct.Struct("<q"),
-    GGUFValueType.FLOAT64: struct.Struct("<d"),
-}
-"""Wire format of each scalar value type (GGUF is little-endian here)."""
-
-_U32 = _SCALAR_FORMATS[GGUFValueType.UINT32]
-_U64 = _SCALAR_FORMATS[GGUFValueType.UINT64]
 _SHARD_NAME = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
-
-@dataclass(frozen=True)
-class ArrayInfo:
-    """A metadata array that was skipped rather than decoded: its item type and length.
-
-    Not a tuple on purpose: a skipped array must never pass for a decoded one."""
-
-    item_type: GGUFValueType
-    length: int
-
-
-@dataclass(frozen=True)
-class SkippedString:
-    """A metadata string longer than ``MAX_STRING_BYTES``, skipped without being read."""
-
-    length: int
-
-
-MetaValue = int | float | bool | str | tuple[int | float | bool | str, ...] | ArrayInfo | SkippedString
-
-
-class TensorInfo(NamedTuple):
-    """One entry of a tensor table. ``shape`` is in ggml order (``ne0`` first)."""
-
-    name: str
-    shape: tuple[int, ...]
-    ggml_type: GGMLQuantizationType
-    n_bytes: int
-    data_offset: int
-    """Absolute byte offset of the tensor's data in its file."""
-    file_index: int
-    """Index of the shard holding the tensor (0 for single-file models)."""
-
-
-@dataclass(frozen=True)
-class GgufHeader:
-    """Everything a GGUF file says about itself, tensor data excluded."""
-
-    path: str
-    version: int
-    alignment: int
-    metadata: Mapping[str, MetaValue]
-    tensors: tuple[TensorInfo, ...]
-    files: tuple[str, ...]
-    file_bytes: int
-    """Size of all shards together."""
-    header_bytes: int
-    """Bytes before the tensor data, all shards together (metadata, tokenizer, tensor table)."""
-
-    @property
-    def architecture(self) -> str:
-        value = self.metadata.get(Keys.General.ARCHITECTURE)
-        if not isinstance(value, str) or not value:
-            raise EstimationError(self.path, Keys.General.ARCHITECTURE, "required key missing or not a string")
-        return value
-
-    @property
-    def tensor_bytes(self) -> int:
-        return sum(tensor.n_bytes for tensor in self.tensors)
-
-
-# ---------------------------------------------------------------------------------------------
-# Byte cursor
-# ---------------------------------------------------------------------------------------------
-
-
-class _Cursor:
-    """Sequential, bounds-checked reads from a file through a sliding window buffer."""
-
-    def __init__(self, path: str, handle: BinaryIO, size: int) -> None:
-        self.path = path
-        self.size = size
-        self.pos = 0
-        self.strings_left = MAX_STRINGS
-        """What the string-array walks of this file may still cover."""
-        self._handle = handle
-        self._buf = b""
-        self._start = 0
-
-    def error(self, problem: str, at: int | None = None) -> EstimationError:
-        return EstimationError(self.path, f"byte {self.pos if at is None else at}", problem)
-
-    def remaining(self) -> int:
-        return self.size - self.pos
-
-    def _window(self, n: int, what: str) -> int:
-        """Make ``[pos, pos + n)`` available in the buffer; return its index there."""
-        end = self.pos + n
-        if end > self.size:
-            raise self.error(f"{what}: needs {n} bytes but the file ends at byte {self.size}")
-        if self.pos < self._start or end > self._start + len(self._buf):
-            # One read from ``pos``, the old window's tail read again: joining it to the new bytes
-            # instead copied the whole window twice (a vocabulary's megabytes, ~10 ms).
-            self._handle.seek(self.pos)
-            self._buf = self._handle.read(max(_CHUNK, n))
-            self._start = self.pos
-            if len(self._buf) < n:
-                raise self.error(f"{what}: the file is shorter than its reported size")
-        return self.pos - self._start
-
-    def unpack(self, fmt: struct.Struct, what: str) -> int | float | bool:
-        index = self._window(fmt.size, what)
-        value = fmt.unpack_from(self._buf, index)[0]
-        self.pos += fmt.size
-        return value  # type: ignore[no-any-return]
-
-    def u32(self, what: str) -> int:
-        return int(self.unpack(_U32, what))
-
-    def u64(self, what: str) -> int:
-        return int(self.unpack(_U64, what))
-
-    def raw(self, n: int, what: str) -> bytes:
-        index = self._window(n, what)
-        self.pos += n
-        return self._buf[index : index + n]
-
-    def string(self, what: str, max_bytes: int | None = None) -> bytes:
-        start = self.pos
-        length = self.u64(f"{what} length")
-        if max_bytes is not None and length > max_bytes:
-            raise self.error(f"{what}: length {length} exceeds the limit of {max_bytes} bytes", start)
-        if length > self.remaining():
-            raise self.error(f"{what}: length {length} runs past the end of the file ({self.size} bytes)", start)
-        return self.raw(length, what)
-
-    def string_or_skip(self, what: str) -> str | SkippedString:
-        """A length-prefixed string, decoded when at most ``MAX_STRING_BYTES`` long, else skipped."""
-        start = self.pos
-        length = self.u64(f"{what} length")
-        if length > self.remaining():
-            raise self.error(f"{what}: length {length} runs past the end of the file ({self.size} bytes)", start)
-        if length > MAX_STRING_BYTES:
-            self.pos += length
-            return SkippedString(length)
-        return _decode(self.raw(length, what))
-
-    def skip(self, n: int, what: str) -> None:
-        if n > self.remaining():
-            raise self.error(f"{what}: {n} bytes run past the end of the file ({self.size} bytes)")
-        self.pos += n
-
-    def skip_strings(self, count: int, what: str) -> None:
-        """Skip ``count`` length-prefixed strings without decoding them, a read window at a time."""
-        left = count
-        while left:
-            want = min(self.remaining(), max(_CHUNK, _STRING_GUESS_BYTES * left), _MAX_WINDOW)
-            index = self._window(want, f"{what} item")
-            end, walked = _walk_strings(self._buf, index, left, index + want)
-            if walked:
-                self.pos = self._start + end
-                left -= walked
-            else:  # the next string does not fit in the window: skip it by its length
-                self.skip(self.u64(f"{what} item length"), f"{what} item")
-                left -= 1
-
-
-def _walk_strings(buf: bytes, pos: int, count: int, limit: int) -> tuple[int, int]:
-    """Walk up to ``count`` length-prefixed strings from ``pos`` that end by ``limit``: the offset
-    reached and how many were walked."""
-    end = min(limit, len(buf))
-    view = buf if end == len(buf) else memoryview(buf)[:end]
-    reached = _walk_all(view, pos, count)
-    if reached is not None and reached <= end:
-        return reached, count
-    return _walk_checked(view, pos, count, end)
-
-
-def _walk_all(view: bytes | memoryview, pos: int, count: int) -> int | None:
-    """The offset after ``count`` strings from ``pos``, or ``None`` when a length prefix lies past
-    ``view``. The hot loop of a header read (a vocabulary has ~10^5 strings), so it checks nothing
-    per string: the last string may end past ``view``, which the caller checks once."""
-    unpack = _U64.unpack_from
-    fours, rest = divmod(count, 4)
-    try:
-        for _ in repeat(None, fours):  # four strings a turn: the loop's own overhead was 40 % of the walk
-            pos += 8 + unpack(view, pos)[0]
-            pos += 8 + unpack(view, pos)[0]
-            pos += 8 + unpack(view, pos)[0]
-            pos += 8 + unpack(view, pos)[0]
-        for _ in repeat(None, rest):
-            pos += 8 + unpack(view, pos)[0]
-    except (struct.error, OverflowError):  # a length prefix past ``view``, or past any buffer
-        return None
-    return pos
-
-
-def _walk_checked(view: bytes | memoryview, pos: int, count: int, end: int) -> tuple[int, int]:
-    """``_walk_strings`` one bounds check per string: where the window ends inside the array."""
-    unpack = _U64.unpack_from
-    walked = 0
-    try:
-        for walked in range(count):
-            after = pos + 8 + unpack(view, pos)[0]
-            if after > end:
-                return pos, walked
-            pos = after
-    except struct.error:  # the next length prefix itself runs past the window
-        return pos, walked
-    return pos, count
-
-
-# ---------------------------------------------------------------------------------------------
-# Metadata values
-# ---------------------------------------------------------------------------------------------
-
-
-def _value_type(cursor: _Cursor, what: str) -> GGUFValueType:
-    at = cursor.pos
-    code = cursor.u32(what)
-    try:
-        return GGUFValueType(code)
-    except ValueError:
-        raise cursor.error(f"{what}: unknown value type {code}", at) from None
-
-
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
-
-
-def _read_value(cursor: _Cursor, vtype: GGUFValueType, key: str) -> MetaValue:
-    if vtype is GGUFValueType.STRING:
-        return cursor.string_or_skip(f"value of {key}")
-    if vtype is GGUFValueType.ARRAY:
-        return _read_array(cursor, key)
-    return cursor.unpack(_SCALAR_FORMATS[vtype], f"value of {key}")
-
-
-def _read_array(cursor: _Cursor, key: str) -> MetaValue:
-    at = cursor.pos
-    item_type = _value_type(cursor, f"item type of {key}")
-    count = cursor.u64(f"length of {key}")
-    if item_type is GGUFValueType.ARRAY:
-        raise cursor.error(f"{key}: arrays of arrays are not supported", at)
-    if item_type is GGUFValueType.STRING:
-        if count * 8 > cursor.remaining():
-            raise cursor.error(f"{key}: {count} strings cannot fit in the remaining {cursor.remaining()} bytes", at)
-        if count <= KEEP_STRING_ITEMS:
-            return _small_string_array(cursor, key, count)
-        if count > cursor.strings_left:
-            raise cursor.error(
-                f"{key}: {count} strings, more than the {MAX_STRINGS} a file's string arrays may hold together "
-                "(real vocabularies have a few hundred thousand)",
-                at,
-            )
-        cursor.strings_left -= count
-        cursor.skip_strings(count, key)
-        return ArrayInfo(item_type, count)
-    fmt = _SCALAR_FORMATS[item_type]
-    if count * fmt.size > cursor.remaining():
-        raise cursor.error(f"{key}: {count} items of {fmt.size} bytes run past the end of the file", at)
-    if count <= KEEP_ARRAY_ITEMS:
-        data = cursor.raw(count * fmt.size, key)
-        return tuple(item[0] for item in fmt.iter_unpack(data))
-    cursor.skip(count * fmt.size, key)
-    return ArrayInfo(item_type, count)
-
-
-def _small_string_array(cursor: _Cursor, key: str, count: int) -> MetaValue:
-    """Up to ``KEEP_STRING_ITEMS`` strings, decoded; skipped whole if one is too long to keep."""
-    items: list[str] = []
-    for i in range(count):
-        item = cursor.string_or_skip(f"{key}[{i}]")
-        if isinstance(item, SkippedString):
-            cursor.skip_strings(count - i - 1, key)
-            return ArrayInfo(GGUFValueType.STRING, count)
-        items.append(item)
-    return tuple(items)
-
-
-def _read_metadata(cursor: _Cursor, kv_count: int) -> dict[str, MetaValue]:
-    metadata: dict[str, MetaValue] = {}
-    for i in range(kv_count):
-        at = cursor.pos
-        raw_key = cursor.string(f"key of metadata entry {i}", MAX_KEY_BYTES)
-        try:
-            key = raw_key.decode("utf-8")
-        except UnicodeDecodeError:
-            raise cursor.error(f"key of metadata entry {i} is not UTF-8", at) from None
-        if key in metadata:
-            raise cursor.error(f"duplicate metadata key {key!r}", at)
-        vtype = _value_type(cursor, f"type of {key}")
-        metadata[key] = _read_value(cursor, vtype, key)
-    return metadata
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,7 +91,7 @@ def tensor_n_bytes(shape: tuple[int, ...], ggml_type: GGMLQuantizationType) -> i
     return n_elements // block_size * type_size
 
 
-def _read_tensor_info(cursor: _Cursor, index: int) -> _RawTensor:
+def _read_tensor_info(cursor: Cursor, index: int) -> _RawTensor:
     at = cursor.pos
     raw_name = cursor.string(f"name of tensor {index}", MAX_TENSOR_NAME_BYTES)
     try:
@@ -445,7 +146,7 @@ class _Shard(NamedTuple):
     data_start: int
 
 
-def _alignment(cursor: _Cursor, metadata: Mapping[str, MetaValue]) -> int:
+def _alignment(cursor: Cursor, metadata: Mapping[str, MetaValue]) -> int:
     value = metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value & (value - 1):
         raise EstimationError(cursor.path, Keys.General.ALIGNMENT, f"expected a positive power of two, got {value!r}")
@@ -462,7 +163,7 @@ def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
         raise EstimationError(path, "file", f"cannot open: {exc.strerror or exc}") from None
     with handle:
         size = os.fstat(handle.fileno()).st_size
-        cursor = _Cursor(path, handle, size)
+        cursor = Cursor(path, handle, size)
         magic = cursor.u32("magic")
         if magic != GGUF_MAGIC:
             raise cursor.error(f"not a GGUF file: magic {magic:#010x}, expected {GGUF_MAGIC:#010x} ('GGUF')", 0)
@@ -480,7 +181,7 @@ def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
             raise cursor.error(f"metadata entry count {kv_count} exceeds the limit of {MAX_METADATA_ENTRIES}", 16)
         if tensor_count > MAX_TENSORS:
             raise cursor.error(f"tensor count {tensor_count} exceeds the limit of {MAX_TENSORS}", 8)
-        metadata = _read_metadata(cursor, kv_count)
+        metadata = read_metadata(cursor, kv_count)
         alignment = _alignment(cursor, metadata)
         raw = [_read_tensor_info(cursor, i) for i in range(tensor_count)]
     data_start = -(-cursor.pos // alignment) * alignment
