@@ -24,17 +24,21 @@ from layerfit.domain import (
     Cluster,
     Deployment,
     DeviceAssignment,
+    GiB,
     Gpu,
     GpuRef,
     Layout,
     MemoryProfile,
+    MiB,
     PlannerConfig,
     ReasonKind,
     Status,
     Worker,
 )
+from layerfit.domain.fleet import Fleet, Placement, ReplicaChange
 from layerfit.domain.limits import MAX_DEVICES
 from layerfit.errors import InputError
+from layerfit.fleet import plan_fleet
 from layerfit.memory import gpu_layers_flag
 from layerfit.planner import evaluate, plan
 
@@ -158,3 +162,41 @@ def test_a_tensor_split_over_the_limit_is_refused(capsys: pytest.CaptureFixture[
     code = main(["plan", "--cluster", str(cluster), "--deployment", str(deployment)])
     _, err = capsys.readouterr()
     assert code == EXIT_BAD_INPUT and "Traceback" not in err and "at most 15" in err, err
+
+
+def _fleet_worker(gpus: int) -> Worker:
+    """``worker`` in MiB (the fleet's packing model works in coarser units than a byte)."""
+    room = ROOM * MiB
+    devices = tuple(Gpu(index=i, total_vram_bytes=room, allocatable_vram_bytes=room) for i in range(gpus))
+    return Worker(id="a", name="a", total_ram_bytes=100 * GiB, allocatable_ram_bytes=100 * GiB, gpus=devices)
+
+
+def _in_mib(blocks: int) -> MemoryProfile:
+    return MemoryProfile.uniform(blocks, 90 * MiB, 10 * MiB, output_weight_bytes=50 * MiB, gpu_fixed_bytes=200 * MiB)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_the_fleet_moves_a_replica_running_on_sixteen_devices_to_fifteen(pinned: bool) -> None:
+    """The old fleet plan kept it where it was (16 devices, which llama.cpp refuses to start)."""
+    fleet = Fleet(
+        cluster=Cluster(workers=(_fleet_worker(16),)),
+        deployments=(Deployment(name="m", profile=_in_mib(40)),),
+        current=(Placement(deployment="m", layout=_layout(16), pinned=pinned),),
+    )
+    answer = plan_fleet(fleet)
+    (placed,) = answer.placements
+    assert len(placed.layout.devices) == MAX_DEVICES and placed.change is ReplicaChange.MOVED
+    broken = [reason for reason in answer.reasons if reason.kind is ReasonKind.PIN_BROKEN]
+    assert bool(broken) is pinned
+    assert all("one llama.cpp process runs at most 15" in reason.message for reason in broken)
+
+
+def test_the_fleet_names_the_limit_when_a_deployment_needs_sixteen_devices() -> None:
+    fleet = Fleet(
+        cluster=Cluster(workers=(_fleet_worker(16),)),
+        deployments=(Deployment(name="m", profile=_in_mib(32), cpu_offloading=False),),
+    )
+    answer = plan_fleet(fleet)
+    assert not answer.placements
+    (unplaced,) = answer.unplaced
+    assert ReasonKind.TOO_MANY_DEVICES in {reason.kind for reason in unplaced.reasons}, unplaced.reasons

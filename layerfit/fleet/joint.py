@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 
 from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
 from layerfit.deadline import Deadline
+from layerfit.device_cap import device_cap_reason
+from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import (
@@ -137,6 +139,7 @@ def choose(
         budget = Budget.of(config.time_limit_s if deadline is None else deadline.remaining(), deadline)
     outcome = solve_tiers(master, config, budget.part(1 - DECODE_SHARE))
     placed, unplaced = _replicas(deployments, candidates, outcome.counts, current_by)
+    unplaced = _with_device_cap(cluster, deployments, profiles, candidates, planner_config, unplaced)
     if capacity_reasons(cluster, *(p.claims for p in placed)):
         raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")
     # Replicas on workers or GPUs that are gone are not running any more: nothing to stop there.
@@ -194,6 +197,29 @@ def candidate_bounds(master: Master, outcome: TierOutcome) -> tuple[TierBound, .
         proven = solved and position < len(outcome.proven) and outcome.proven[position]
         bounds.append(gap_bound(name, UNITS[name], counts[position], raw, maximised, proven))
     return tuple(bounds)
+
+
+def _with_device_cap(
+    cluster: Cluster,
+    deployments: Sequence[Deployment],
+    profiles: Mapping[str, MemoryProfile],
+    candidates: Sequence[CandidateSet],
+    config: PlannerConfig,
+    unplaced: list[UnplacedReplica],
+) -> list[UnplacedReplica]:
+    """Replicas of a deployment that fits nowhere, with llama.cpp's device limit named when it cut
+    the deployment's layouts (``layerfit.device_cap``)."""
+    capped: dict[str, Reason] = {}
+    for deployment, options in zip(deployments, candidates, strict=True):
+        why = None if options else device_cap_reason(cluster, deployment, config, profiles[deployment.name].n_layers)
+        if why is not None:
+            capped[deployment.name] = why
+    return [
+        replica.model_copy(update={"reasons": (*replica.reasons, capped[replica.deployment])})
+        if replica.deployment in capped
+        else replica
+        for replica in unplaced
+    ]
 
 
 def _unplaced_reason(deployment: Deployment, options: CandidateSet) -> Reason:
