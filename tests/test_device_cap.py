@@ -41,6 +41,7 @@ from layerfit.errors import InputError
 from layerfit.fleet import plan_fleet
 from layerfit.memory import gpu_layers_flag
 from layerfit.planner import evaluate, plan
+from layerfit.solver import solve
 
 P40 = MemoryProfile.uniform(40, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)
 P32 = MemoryProfile.uniform(32, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)
@@ -200,3 +201,26 @@ def test_the_fleet_names_the_limit_when_a_deployment_needs_sixteen_devices() -> 
     assert not answer.placements
     (unplaced,) = answer.unplaced
     assert ReasonKind.TOO_MANY_DEVICES in {reason.kind for reason in unplaced.reasons}, unplaced.reasons
+
+
+@pytest.mark.parametrize(
+    ("workers", "cpu_offloading", "status", "proof"),
+    [
+        # 8 RPC servers + 8 local GPUs would hold 32 blocks; 15 devices hold 30 (-ngl 31)
+        (tuple(worker(f"w{i}", 8) for i in range(8)), True, Status.OPTIMAL, "layer-bound"),
+        # 40 blocks on GPUs need 20 devices: the capacity bound over 15 rules it out
+        (tuple(worker(f"w{i}", 16) for i in range(2)), False, Status.INFEASIBLE, "gpu-capacity"),
+        (tuple(worker(f"w{i}", 16) for i in range(2)), True, Status.OPTIMAL, "layer-bound"),
+    ],
+)
+def test_the_solver_bounds_know_the_limit(
+    workers: tuple[Worker, ...], cpu_offloading: bool, status: Status, proof: str
+) -> None:
+    """The capacity bounds count at most 15 devices, so a bound proves the answer (before, the
+    bounds counted 16 or 32 GPUs, and CP-SAT's search had to prove it)."""
+    where = Cluster(workers=workers)
+    dep = Deployment(name="m", profile=P40, distributed_inference_across_workers=True, cpu_offloading=cpu_offloading)
+    result = solve(where, dep, P40, CONFIG)
+    assert result.status is status and result.stats.details["proof"] == proof
+    if result.best is not None:
+        assert len(result.best.layout.devices) == MAX_DEVICES and gpu_layers_flag(result.best.layout) == 31

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.profile import DeviceRole
 from layerfit.solver.bounds import (
     blocks_within,
@@ -101,25 +102,30 @@ def fewest_gpus(instance: Instance, workers: int, ceiling: int) -> int | None:
     used = instance.rules.device_count  # a selection used whole: every layout has its GPUs
     if fewest is None or used is None:
         return fewest
-    most_gpus = instance.local_slots + (instance.rpc_slots if workers > 1 else 0)
-    return used if fewest <= used <= most_gpus else None
+    return used if fewest <= used <= most_gpus(instance, workers) else None
 
 
 def _capacity_count(instance: Instance, workers: int, ceiling: int) -> int | None:
     """``fewest_gpus`` before a selection used whole fixes the count."""
-    most_gpus = instance.local_slots + (instance.rpc_slots if workers > 1 else 0)
+    most = most_gpus(instance, workers)
     if workers <= 2 and _fewest(instance, workers, ceiling, multi=False, gpus=range(1, 2)) == 1:
         return 1
-    fewest = _fewest(instance, workers, ceiling, multi=True, gpus=range(max(2, workers - 1), most_gpus + 1))
+    fewest = _fewest(instance, workers, ceiling, multi=True, gpus=range(max(2, workers - 1), most + 1))
     if fewest is None:
         return None
     rooms = all_rooms(instance, ceiling)
-    while fewest <= most_gpus and (
+    while fewest <= most and (
         ordered_layers(instance, coarse_rooms(rooms[:fewest])) < ceiling
         or not _some_split_holds(instance, workers, ceiling, fewest)
     ):
         fewest += 1  # no order of the rooms a layout of this many GPUs can have holds the layers
-    return fewest if fewest <= most_gpus else None
+    return fewest if fewest <= most else None
+
+
+def most_gpus(instance: Instance, workers: int) -> int:
+    """The most devices a layout of ``workers`` workers can have: its slots, and no more than one
+    llama.cpp process runs (``domain.limits.MAX_DEVICES``)."""
+    return min(MAX_DEVICES, instance.local_slots + (instance.rpc_slots if workers > 1 else 0))
 
 
 ORDER_VALUES = 8

@@ -19,7 +19,7 @@ from layerfit.solver.bounds import (
     single_worker_ordered_layers,
     single_worker_reaches,
 )
-from layerfit.solver.gpu_count import all_rooms, coarse_rooms, fewest_gpus
+from layerfit.solver.gpu_count import all_rooms, coarse_rooms, fewest_gpus, most_gpus
 from layerfit.solver.instance import Instance
 
 SCAN = 8
@@ -77,7 +77,7 @@ def layers_upper_bound(instance: Instance, layers: int) -> int:
                 most, min(single_worker_layers(instance, w, k), single_worker_ordered_layers(instance, w, k, layers))
             )
     if instance.rpc_slots:
-        several = all_rooms(instance, layers)[: instance.local_slots + instance.rpc_slots]
+        several = all_rooms(instance, layers)[: most_gpus(instance, 2)]
         one = all_rooms(instance, layers, devices=1)[:1]
         most = max(most, ordered_layers(instance, coarse_rooms(several)), ordered_layers(instance, tuple(one)))
     return most

@@ -21,6 +21,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import DeviceAssignment, Layout
+from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.plan import Candidate
 from layerfit.domain.profile import MemoryProfile
 from layerfit.memory import claims
@@ -50,9 +51,22 @@ def most_blocks_by_main(instance: Instance) -> dict[int, int]:
     for w, view in enumerate(instance.workers):
         if not view.main_ok:
             continue
-        local = block_capacity(instance, w, SlotKind.LOCAL, instance.local_slots)
-        most[w] = min(instance.n_blocks, local + top_remote_blocks(remote, instance.rpc_slots, frozenset((w,))))
+        most[w] = min(instance.n_blocks, _best_blocks(instance, w, remote))
     return most
+
+
+def _best_blocks(instance: Instance, main: int, remote: tuple[tuple[int, int], ...]) -> int:
+    """The blocks of ``main``'s best ``j`` GPUs and the best remote ones beside them, over the local
+    counts ``j`` that leave room under llama.cpp's device limit (``domain.limits.MAX_DEVICES``)."""
+    without = frozenset((main,))
+    if instance.local_slots + instance.rpc_slots <= MAX_DEVICES:
+        local = block_capacity(instance, main, SlotKind.LOCAL, instance.local_slots)
+        return local + top_remote_blocks(remote, instance.rpc_slots, without)
+    return max(
+        block_capacity(instance, main, SlotKind.LOCAL, j)
+        + top_remote_blocks(remote, min(instance.rpc_slots, MAX_DEVICES - j), without)
+        for j in range(instance.local_slots + 1)
+    )
 
 
 def mains_reaching(instance: Instance, layers: int) -> frozenset[int]:

@@ -22,7 +22,7 @@ from layerfit.solver.bounds import (
     single_worker_mains,
 )
 from layerfit.solver.build import BuiltModel, build_model
-from layerfit.solver.gpu_count import fewest_gpus
+from layerfit.solver.gpu_count import fewest_gpus, most_gpus
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, strict_value, tie_break
 from layerfit.solver.progress import Measure, tie_break_measure
@@ -115,7 +115,7 @@ def multi_worker_step(
     solution = _hint_if(built, hint, (ceiling, workers, None), config, clock, trace)
     hinted_gpus = _value(solution, tiers.gpus) if solution else None
     if valid is not None and hinted_gpus != fewest:
-        most = built.instance.rpc_slots + built.instance.local_slots if hinted_gpus is None else hinted_gpus - 1
+        most = most_gpus(built.instance, workers) if hinted_gpus is None else hinted_gpus - 1
         time_limit = clock.remaining() * HINT_TIME_FRACTION
         trace.witness, better = witness_solution(
             built, workers, range(fewest, most + 1), valid, config, time_limit, layers=ceiling
