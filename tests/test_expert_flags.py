@@ -11,12 +11,14 @@ from fixtures_gguf import write_tiny
 from layerfit.domain import LlamaParams
 from layerfit.domain.expert_flags import (
     EXPERTS_PATTERN,
+    MAX_OVERRIDES,
     ExpertFlags,
     compile_pattern,
     expert_block_pattern,
     expert_flags,
     parse_expert_flags,
 )
+from layerfit.domain.pattern_cost import MAX_SEARCH_PATHS, search_paths
 from layerfit.errors import InputError
 from layerfit.estimators import estimate_profile
 from layerfit.estimators.shape import read_gguf
@@ -119,3 +121,87 @@ def test_estimate_refuses_what_does_not_fit_the_model(tmp_path: Path) -> None:
     # dense tensors may be kept on the host too: block 0's attention output
     attention = estimate_profile(dense, LlamaParams.from_args(["-ot", "'blk\\.0\\.attn_output=CPU'"]))
     assert attention.fixed_host_experts == (0,) and attention.block_expert_bytes == (256 * 256 * 2, 0, 0, 0)
+
+
+LLAMA_CPP_DOC_PATTERNS = [
+    r"\.ffn_(up|down|gate)_exps",
+    r"blk\.(1[0-9]|2[0-9])\.ffn_.*",
+    "exps",
+    EXPERTS_PATTERN,
+    expert_block_pattern(60),
+    r".*ffn_.*exps.*",
+    r"blk\.[0-9]+\.ffn_(?:up|down)_exps",
+]
+"""Patterns from llama.cpp's documentation and presets (and two written like them)."""
+
+
+@pytest.mark.parametrize("pattern", LLAMA_CPP_DOC_PATTERNS)
+def test_real_patterns_are_within_the_search_bound(pattern: str) -> None:
+    assert compile_pattern("-ot", pattern).pattern == pattern
+    assert search_paths(pattern) <= MAX_SEARCH_PATHS
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(a+)+$",  # nested quantifiers
+        "(.*)*x",
+        r"blk\.(.*)*x",
+        "(a|a)*$",  # overlapping alternatives under a repeat
+        r"(\w|\d)+$",  # Python's parser makes this a class; ECMAScript backtracks over both branches
+        "(a|aa){40}",  # a counted repeat of an ambiguous body
+        "(a?a?){64}",
+        ".*.*.*.*x",  # stacked: polynomial with a high degree
+        r"(?:.*\.)*x",
+    ],
+)
+def test_patterns_that_backtrack_without_bound_are_refused(pattern: str) -> None:
+    with pytest.raises(InputError, match="ways to match a 63-byte tensor name") as caught:
+        LlamaParams.from_args(["-ot", f"{pattern}=CPU"])
+    assert caught.value.field == "-ot"
+
+
+def test_the_search_bound_counts_paths_per_start() -> None:
+    assert search_paths("exps") == 64  # one path from each of the 64 start positions
+    assert search_paths(r"\.ffn_(up|down|gate)_exps") == 3 * 64
+    assert search_paths("a*") == 64 * 64  # 0 to 63 iterations
+    assert search_paths("(ab|c){2}") == 4 * 64
+    assert search_paths("a{100}") == 64  # longer than any name: fails at once
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("(" * 51 + "a" + ")" * 51 + "=CPU", "nested more than 50 deep"),
+        ("(" * 600 + "a" + ")" * 600 + "=CPU", "longer than 1024 bytes"),  # was a RecursionError in re
+        ("é=CPU", "non-ASCII"),
+        ("a\0b=CPU", "NUL"),
+    ],
+)
+def test_patterns_too_big_or_unreadable_for_llama_cpp_are_refused(value: str, problem: str) -> None:
+    with pytest.raises(InputError, match=problem):
+        LlamaParams.from_args(["-ot", value])
+
+
+def test_llama_cpp_takes_at_most_4095_overrides() -> None:
+    items = ",".join(f"x{i}=CPU" for i in range(MAX_OVERRIDES))
+    assert len(parse_expert_flags(["-ot", items])[0].override_tensor) == MAX_OVERRIDES
+    with pytest.raises(InputError, match="4096 tensor overrides"):
+        LlamaParams.from_args(["-ot", items, "--cpu-moe"])
+
+
+def test_overrides_are_checked_with_an_explicit_profile_too() -> None:
+    """A deployment with a profile reads no GGUF, but its -ot still goes into the command."""
+    with pytest.raises(ValueError, match="ways to match"):  # pydantic's ValidationError
+        LlamaParams(extra=("-ot", "(a+)+$=CPU"))
+
+
+def test_the_overrides_together_are_bounded() -> None:
+    """Every tensor name is tested against each pattern: five at the single-pattern bound are refused."""
+    at_bound = r".*ffn_.*exps.*"
+    assert search_paths(at_bound) == MAX_SEARCH_PATHS
+    four = ",".join(f"{at_bound}{i}=CPU" for i in range(4))
+    assert len(parse_expert_flags(["-ot", four])[0].override_tensor) == 4
+    with pytest.raises(InputError, match="together the patterns may try"):
+        LlamaParams.from_args(["-ot", four, "-ot", f"{at_bound}=CPU"])
+    assert len(parse_expert_flags(["--n-cpu-moe", "4095"])[0].patterns()) == 4095

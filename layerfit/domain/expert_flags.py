@@ -33,11 +33,17 @@ from collections.abc import Sequence
 
 from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.domain.params import LlamaParams
+from layerfit.domain.pattern_cost import cost_problem, size_problem, total_problem
 from layerfit.errors import InputError
 
 CPU_BUFFER = "CPU"
 EXPERTS_PATTERN = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 """llama.cpp's ``LLM_FFN_EXPS_REGEX``: the routed-expert tensors of any block."""
+
+MAX_OVERRIDES = 4095
+"""Most tensor overrides llama.cpp takes (``-ot`` items, ``--cpu-moe``, one per ``--n-cpu-moe``
+block): it pads its list to 4096 entries with the terminator, and 4096 overrides abort it (b11434:
+"GGML_ASSERT(... Tensor buffer overrides not terminated with empty pattern) failed")."""
 
 OVERRIDE_FLAGS = ("-ot", "--override-tensor")
 CPU_MOE_FLAGS = ("-cmoe", "--cpu-moe")
@@ -87,17 +93,29 @@ class ExpertFlags(Frozen):
 
 def compile_pattern(flag: str, pattern: str) -> re.Pattern[str]:
     """The pattern compiled for ``re.search``, refusing what ECMAScript would read differently."""
-    problem = _non_portable(pattern)
+    problem = size_problem(pattern) or _non_portable(pattern)
     if problem is not None:
-        raise InputError(flag, f"pattern {pattern!r}: {problem}")
+        raise InputError(flag, f"pattern {_shown(pattern)}: {problem}")
     try:
-        return re.compile(pattern, re.ASCII)
+        compiled = re.compile(pattern, re.ASCII)
     except re.error as exc:
         raise InputError(flag, f"pattern {pattern!r} does not compile: {exc}") from None
+    problem = cost_problem(pattern)
+    if problem is not None:
+        raise InputError(flag, f"pattern {pattern!r}: {problem}")
+    return compiled
+
+
+def _shown(pattern: str) -> str:
+    return repr(pattern) if len(pattern) <= 80 else f"{pattern[:80]!r}... ({len(pattern)} characters)"
 
 
 def _non_portable(pattern: str) -> str | None:
     """Why ECMAScript ``std::regex`` and Python ``re`` could disagree on the pattern (``None``: they agree)."""
+    if not pattern.isascii():
+        return "non-ASCII characters (llama.cpp's std::regex matches bytes, Python's re characters)"
+    if "\0" in pattern:
+        return "a NUL character (llama.cpp would cut the pattern there)"
     i, in_class = 0, False
     while i < len(pattern):
         char = pattern[i]
@@ -172,7 +190,18 @@ def parse_expert_flags(tokens: Sequence[str]) -> tuple[ExpertFlags, tuple[str, .
             raise InputError(flag, "given more than once")
         else:
             n_cpu_moe = _count(flag, value)
-    return ExpertFlags(override_tensor=tuple(overrides), cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe), tuple(rest)
+    count = len(overrides) + cpu_moe + (n_cpu_moe or 0)
+    if count > MAX_OVERRIDES:
+        raise InputError(
+            OVERRIDE_FLAGS[1],
+            f"{count} tensor overrides (-ot items, --cpu-moe, --n-cpu-moe blocks); llama.cpp takes "
+            f"at most {MAX_OVERRIDES}",
+        )
+    flags = ExpertFlags(override_tensor=tuple(overrides), cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe)
+    problem = total_problem(pattern for _, pattern in flags.patterns())
+    if problem is not None:
+        raise InputError(OVERRIDE_FLAGS[1], problem)
+    return flags, tuple(rest)
 
 
 def _override_items(flag: str, value: str) -> list[str]:

@@ -128,6 +128,7 @@ class LlamaParams(Frozen):
     def from_args(cls, args: Sequence[str]) -> LlamaParams:
         """Parse a GPUStack backend-parameter list; ``InputError`` names the offending flag."""
         fields, flags = _parse_args(args)
+        _check_overrides(fields["extra"])
         try:
             return cls(**fields)
         except ValidationError as exc:
@@ -185,11 +186,20 @@ def _check_shares(flag: str, shares: tuple[float, ...]) -> None:
 def _check_passed_through(extra: tuple[str, ...]) -> None:
     """``extra`` holds only flags passed through to llama-server (and the tensor overrides), each
     with its values, as ``from_args`` leaves them: it is read as llama-server arguments, so that a
-    refused flag, a modelled one (which belongs in its field) or a missing value is refused too."""
+    refused flag, a modelled one (which belongs in its field) or a missing value is refused too;
+    the tensor overrides' patterns are checked here, before any model is read."""
     fields, flags = _parse_tokens(list(extra))
+    _check_overrides(fields["extra"])
     modelled = next((field for field in fields if field != "extra"), None)
     if modelled is not None:
         raise InputError(flags[modelled], f"sets {modelled}: give it as that parameter, not in extra")
+
+
+def _check_overrides(extra: tuple[str, ...]) -> None:
+    """The tensor overrides in ``extra`` are well formed, portable and bounded (``expert_flags``)."""
+    from layerfit.domain.expert_flags import parse_expert_flags  # it reads LlamaParams: imported late
+
+    parse_expert_flags(extra)
 
 
 def _split_items(args: Sequence[str]) -> list[str]:

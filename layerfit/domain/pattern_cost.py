@@ -1,0 +1,198 @@
+"""How much work a tensor-override pattern can make a backtracking regex engine do on one tensor name.
+
+llama.cpp tests every ``-ot`` pattern with ``std::regex_search`` (a backtracking engine in libstdc++
+and MSVC) and layerfit with Python's ``re`` (backtracking too). Both can take exponential time: on
+a 63-byte name ``(.*)*x`` or ``(a|a)*$`` never ends, ``.*.*.*.*.*.*x`` takes minutes. A tensor name
+is at most 63 bytes (ggml's 64-byte name buffer), so the work of one search is bounded by the
+number of ways the pattern can consume a name of that length, times the start positions. That
+count is read from the pattern as written: a sequence multiplies
+its parts' ways, an alternation adds them, ``x*`` over one-character ``x`` has one way per length,
+and a repetition of anything that can match in more than one way or at more than one length
+multiplies per iteration (``(a+)+``, ``(ab|a)*``: exponential). Python's own parser is no help
+here: it rewrites ``(\\w|\\d)`` into the class ``[\\w\\d]``, one way in Python's engine, two in
+ECMAScript's, where ``(\\w|\\d)+$`` is exponential. Patterns whose bound passes
+``MAX_SEARCH_PATHS`` are refused; every pattern in llama.cpp's documentation and presets is far
+below it or at it (``\\.ffn_(up|down|gate)_exps`` 192 paths over the 64 start positions,
+``blk\\.(1[0-9]|2[0-9])\\.ffn_.*`` 8,192, ``.*ffn_.*exps.*`` 16,777,216).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+LONGEST_TENSOR_NAME = 63
+"""Longest tensor name in bytes (ggml's ``GGML_MAX_NAME`` buffer, terminator included, is 64)."""
+MAX_PATTERN_BYTES = 1024
+"""Longest ``-ot`` pattern layerfit reads (real ones are under 100 bytes)."""
+MAX_NESTING = 50
+"""Deepest group nesting read (Python's ``re`` fails with a RecursionError near 500)."""
+MAX_SEARCH_PATHS = 64**4
+"""Most backtracking paths one search of one name may take: three ``.*`` pass, a fourth does not
+(on a 63-byte name Python's ``re`` takes ~3 ms with three, ~35 ms with four, minutes with six)."""
+MAX_TOTAL_PATHS = 4 * MAX_SEARCH_PATHS
+"""Most paths over all the overrides of one deployment, since every tensor name is tested against
+each in turn (``--n-cpu-moe 4095`` uses 2,096,640)."""
+_SATURATED = MAX_SEARCH_PATHS * (LONGEST_TENSOR_NAME + 1) + 1
+_QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}")
+_ZERO_WIDTH_ESCAPES = frozenset("bB")
+
+
+class _Shape(NamedTuple):
+    """Ways a (sub)pattern can match from one position, and its width when fixed."""
+
+    ways: int
+    width: int | None
+
+
+def size_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is too big to read (``None``: it is not); checked before compiling it."""
+    if len(pattern.encode()) > MAX_PATTERN_BYTES:
+        return f"longer than {MAX_PATTERN_BYTES} bytes"
+    if _nesting(pattern) > MAX_NESTING:
+        return f"groups nested more than {MAX_NESTING} deep"
+    return None
+
+
+def search_paths(pattern: str) -> int:
+    """An upper bound on the backtracking paths of one search of a ``LONGEST_TENSOR_NAME``-byte name
+    (saturated above ``MAX_SEARCH_PATHS``); ``pattern`` must compile and pass ``size_problem``."""
+    return _product(LONGEST_TENSOR_NAME + 1, _Reader(pattern).alternation().ways)
+
+
+def cost_problem(pattern: str) -> str | None:
+    """Why a search with ``pattern`` could run unboundedly long on a tensor name (``None``: it cannot)."""
+    paths = search_paths(pattern)
+    if paths <= MAX_SEARCH_PATHS:
+        return None
+    shown = f"over {_SATURATED - 1:,}" if paths >= _SATURATED else f"{paths:,}"
+    return (
+        f"one search may try {shown} ways to match a {LONGEST_TENSOR_NAME}-byte tensor name, beyond "
+        f"layerfit's bound of {MAX_SEARCH_PATHS:,}: nested or stacked repetitions such as (a+)+, (a|ab)* "
+        "or .*.*.*.* make backtracking engines (llama.cpp's std::regex, Python's re) take exponential or "
+        "very long time; repeat single characters or classes instead"
+    )
+
+
+def total_problem(patterns: Iterable[str]) -> str | None:
+    """Why testing each tensor name against every one of ``patterns`` could take too long (``None``:
+    it cannot); each pattern must pass ``cost_problem``."""
+    total = sum(search_paths(pattern) for pattern in patterns)
+    if total <= MAX_TOTAL_PATHS:
+        return None
+    return (
+        f"together the patterns may try {total:,} ways to match each tensor name, beyond layerfit's bound "
+        f"of {MAX_TOTAL_PATHS:,}: merge them or repeat single characters or classes instead of .*"
+    )
+
+
+def _nesting(pattern: str) -> int:
+    depth = deepest = 0
+    escaped = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+    return deepest
+
+
+def _product(a: int, b: int) -> int:
+    return min(a * b, _SATURATED)
+
+
+class _Reader:
+    """A recursive-descent reading of a portable pattern (``expert_flags``' subset), into shapes."""
+
+    def __init__(self, pattern: str) -> None:
+        self.text = pattern
+        self.pos = 0
+
+    def _at(self, chars: str) -> bool:
+        return self.pos < len(self.text) and self.text[self.pos] in chars
+
+    def alternation(self) -> _Shape:
+        shapes = [self._sequence()]
+        while self._at("|"):
+            self.pos += 1
+            shapes.append(self._sequence())
+        widths = {shape.width for shape in shapes}
+        return _Shape(min(sum(shape.ways for shape in shapes), _SATURATED), widths.pop() if len(widths) == 1 else None)
+
+    def _sequence(self) -> _Shape:
+        ways = 1
+        width: int | None = 0
+        while self.pos < len(self.text) and not self._at("|)"):
+            shape = self._quantified(self._atom())
+            ways = _product(ways, shape.ways)
+            width = None if width is None or shape.width is None else width + shape.width
+        return _Shape(ways, width)
+
+    def _atom(self) -> _Shape:
+        char = self.text[self.pos]
+        self.pos += 1
+        if char == "(":
+            lookaround = self.text.startswith(("?=", "?!"), self.pos)
+            if self._at("?"):
+                self.pos += 2
+            inner = self.alternation()
+            self.pos += 1  # the closing parenthesis
+            return _Shape(inner.ways, 0) if lookaround else inner
+        if char == "[":
+            self._skip_class()
+            return _Shape(1, 1)
+        if char == "\\":
+            self.pos += 1
+            return _Shape(1, 0 if self.text[self.pos - 1] in _ZERO_WIDTH_ESCAPES else 1)
+        return _Shape(1, 0 if char in "^$" else 1)
+
+    def _skip_class(self) -> None:
+        if self._at("^"):
+            self.pos += 1
+        first = True
+        while first or not self._at("]"):
+            self.pos += 2 if self._at("\\") else 1
+            first = False
+        self.pos += 1
+
+    def _quantified(self, shape: _Shape) -> _Shape:
+        if self._at("*+?"):
+            least, most = {"*": (0, None), "+": (1, None), "?": (0, 1)}[self.text[self.pos]]
+            self.pos += 1
+        elif (match := _QUANTIFIER.match(self.text, self.pos)) is not None:
+            least = int(match[1])
+            most = least if match[2] is None else (int(match[3]) if match[3] else None)
+            self.pos = match.end()
+        else:
+            return shape
+        if self._at("?"):
+            self.pos += 1  # lazy: the same paths in another order
+        return _repeat(least, most, shape)
+
+
+def _repeat(least: int, most: int | None, body: _Shape) -> _Shape:
+    if body.width == 0:
+        return _Shape(body.ways, 0)  # an iteration that matches nothing ends the loop in both engines
+    if body.ways == 1 and body.width is not None:
+        limit = LONGEST_TENSOR_NAME // body.width
+        most = limit if most is None else min(most, limit)
+        if least > most:
+            return _Shape(1, None)  # longer than any name: fails at once
+        return _Shape(most - least + 1, body.width * least if least == most else None)  # one way per count
+    if most is None:
+        return _Shape(_SATURATED, None)  # unbounded, and every iteration multiplies the ways
+    width = body.width * least if body.width is not None and least == most else None
+    total, power = 0, 1
+    for count in range(most + 1):
+        if power >= _SATURATED:
+            return _Shape(_SATURATED, width)
+        if count >= least:
+            total = min(total + power, _SATURATED)
+        power = _product(power, body.ways)
+    return _Shape(total, width)
