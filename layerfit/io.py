@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import stat
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from layerfit.errors import InputError
+from layerfit.files import open_regular
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -202,13 +203,11 @@ def read_document(path: str | Path) -> Any:
     file = Path(path)
     kind = "JSON" if file.suffix.lower() == ".json" else "YAML"
     try:
-        status = file.stat()
-        if not stat.S_ISREG(status.st_mode) and not stat.S_ISDIR(status.st_mode):
-            raise InputError(str(path), "not a regular file (a pipe, socket or device would be read without end)")
-        size = status.st_size
+        with open_regular(file) as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+            size = max(len(raw), os.fstat(handle.fileno()).st_size)
         if size > MAX_FILE_BYTES:
             raise InputError(str(path), f"{size} bytes: input files are limited to {MAX_FILE_BYTES} bytes")
-        raw = file.read_bytes()
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
     try:

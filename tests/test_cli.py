@@ -176,18 +176,24 @@ def test_bad_files_exit_two_naming_file_and_field(
 
 
 @pytest.mark.parametrize("which", ["cluster", "model"])
-def test_a_pipe_is_refused_rather_than_waited_on(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, which: str
+@pytest.mark.parametrize("kind", ["a pipe", "a character device", "a folder"])
+def test_only_regular_files_are_read_one_rule_for_documents_and_models(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, which: str, kind: str
 ) -> None:
-    """Opening a FIFO without a writer blocked for ever (and a pipe could be read without end)."""
+    """Opening a FIFO without a writer blocked for ever, and a pipe or a device can be read without
+    end. The GGUF reader refused only pipes and sockets (/dev/null reached its magic check, a
+    folder said 'Is a directory'), the documents took only regular files: one rule now, in one place."""
     import os
 
-    pipe = tmp_path / "pipe"
-    os.mkfifo(pipe)
+    special = {"a pipe": tmp_path / "pipe", "a character device": Path(os.devnull), "a folder": tmp_path / "dir"}[kind]
+    if kind == "a pipe":
+        os.mkfifo(special)
+    elif kind == "a folder":
+        special.mkdir()
     model = write_gguf(tmp_path / "m.gguf", REAL_MODELS["llama-3.2-1b"])[0]
-    cluster, gguf = (pipe, model) if which == "cluster" else (CLUSTER, pipe)
+    cluster, gguf = (special, model) if which == "cluster" else (CLUSTER, special)
     code, _, err = run(capsys, "plan", "--cluster", str(cluster), "--model", str(gguf))
-    assert code == EXIT_BAD_INPUT and f"{pipe}: " in err and ("not a regular file" in err or "a pipe" in err), err
+    assert code == EXIT_BAD_INPUT and f"{special}" in err and f"{kind}, not a regular file" in err, err
 
 
 def test_a_run_of_a_billion_blocks_is_refused_without_allocating(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Mapping
 from itertools import pairwise
 from typing import NamedTuple
@@ -34,6 +33,7 @@ from layerfit.estimators.gguf_cursor import MAX_STRING_BYTES, MAX_STRINGS, Curso
 from layerfit.estimators.gguf_metadata import KEEP_ARRAY_ITEMS, KEEP_STRING_ITEMS, MAX_KEY_BYTES, read_metadata
 from layerfit.estimators.gguf_types import ArrayInfo, GgufHeader, MetaValue, SkippedString, TensorInfo
 from layerfit.estimators.sanity import check_metadata
+from layerfit.files import open_regular
 
 __all__ = [
     "KEEP_ARRAY_ITEMS",
@@ -155,10 +155,7 @@ def _alignment(cursor: Cursor, metadata: Mapping[str, MetaValue]) -> int:
 
 def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
     try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            raise EstimationError(path, "file", "a pipe or socket, not a GGUF file (opening it waits for a writer)")
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
+        handle = open_regular(path)
     except OSError as exc:
         raise EstimationError(path, "file", f"cannot open: {exc.strerror or exc}") from None
     with handle:
