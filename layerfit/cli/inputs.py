@@ -32,10 +32,24 @@ def planner_config(args: argparse.Namespace, **settings: Any) -> PlannerConfig:
     return load_model(PlannerConfig, data, "command line")
 
 
+_MODEL_OPTIONS = (
+    ("name", "--name", "name"),
+    ("no_cpu_offloading", "--no-cpu-offloading", "cpu_offloading"),
+    ("distributed", "--distributed", "distributed_inference_across_workers"),
+    ("gpus", "--gpus", "gpu_selection"),
+    ("kind", "--kind", "kind"),
+)
+"""Options that describe the deployment given by ``--model`` (attribute, option, deployment field)."""
+
+
 def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]) -> Deployment:
     if args.deployment is not None:
         if args.model is not None or backend_parameters:
             raise InputError("--deployment", "give either a deployment file or --model with llama.cpp parameters")
+        given = next(((option, field) for name, option, field in _MODEL_OPTIONS if getattr(args, name)), None)
+        if given is not None:  # it was ignored: the file's own field applied
+            option, field = given
+            raise InputError(option, f"applies to --model only; with --deployment, set {field} in the file")
         return load_file(Deployment, args.deployment)
     if args.model is None:
         raise InputError("--model", "give --model MODEL.gguf or --deployment FILE")
@@ -45,7 +59,7 @@ def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]
         "params": LlamaParams.from_args(backend_parameters),
         "cpu_offloading": not args.no_cpu_offloading,
         "distributed_inference_across_workers": args.distributed,
-        "kind": ModelKind(args.kind),
+        "kind": ModelKind(args.kind or ModelKind.LLM.value),
     }
     if args.gpus is not None:
         data["gpu_selection"] = args.gpus.split(",")

@@ -69,7 +69,7 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cpu-offloading", action="store_true", help="forbid layers on the CPU")
     parser.add_argument("--distributed", action="store_true", help="allow RPC servers on other workers")
     parser.add_argument("--gpus", help="manual GPU selection: worker:cuda:0,worker:cuda:1")
-    parser.add_argument("--kind", choices=[k.value for k in ModelKind], default=ModelKind.LLM.value)
+    parser.add_argument("--kind", choices=[k.value for k in ModelKind], help="the model's kind (default llm)")
     parser.add_argument("--layout", help="evaluate this layout instead of searching for one")
     parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.BINPACK.value)
     parser.add_argument("--time-limit", type=seconds, default=10.0, help="solver time limit in seconds (default 10)")

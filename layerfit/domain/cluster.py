@@ -47,6 +47,9 @@ def _is_ipv4(text: str) -> bool:
 _GPU_REF_PATTERN = re.compile(r"^(?P<worker>[^:\s]+):(?P<type>[A-Za-z][A-Za-z0-9_]*):(?P<index>[0-9]{1,9})$")
 
 
+_RPC_HOST = re.compile(r"[A-Za-z0-9_.-]{1,253}")
+"""An IPv4 address or a host name (letters, digits, ``-``, ``.``; ``_`` as some resolvers take it)."""
+
 MAX_GPU_INDEX = 1023
 """Largest GPU index: it names a ggml device (``CUDA3``), and ggml backends enumerate a few dozen
 devices at most (CUDA: 16); a larger number is a typo or garbage, never a device."""
@@ -126,8 +129,19 @@ class Worker(Frozen):
 
     @property
     def host(self) -> str:
-        """Address to reach this worker's rpc-servers."""
-        return self.address or self.name
+        """Address to reach this worker's rpc-servers, as llama.cpp's ``--rpc HOST:PORT,...`` can
+        carry it: it splits the list at commas and each endpoint at its first colon, so an IPv6
+        address, an address with a port, or a name with a comma or white space would reach
+        another host or port, or none; ``InputError`` for those."""
+        host = self.address or self.name
+        if not _RPC_HOST.fullmatch(host):
+            field = "address" if self.address else "name (it has no address)"
+            raise InputError(
+                f"worker[{self.name}].{field.split()[0]}",
+                f"{host[:80]!r} cannot be an RPC server's host in llama.cpp's --rpc HOST:PORT list (its {field}): "
+                "give an IPv4 address or a host name, without ':', ',' or spaces",
+            )
+        return host
 
     def gpu(self, index: int) -> Gpu:
         """The GPU with this index; ``InputError`` if there is none."""

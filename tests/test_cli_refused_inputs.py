@@ -1,0 +1,70 @@
+"""Inputs the command line once took without a word: options it ignored, hosts llama.cpp cannot reach."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from layerfit.cli import EXIT_BAD_INPUT, EXIT_PLACED, main
+from layerfit.domain import Cluster
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+CLUSTER = str(EXAMPLES / "cluster.yaml")
+DEPLOYMENT = str(EXAMPLES / "deployment.yaml")
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        (["--gpus", "gpu-a:cuda:0"], "gpu_selection"),
+        (["--name", "other"], "name"),
+        (["--distributed"], "distributed_inference_across_workers"),
+        (["--no-cpu-offloading"], "cpu_offloading"),
+        (["--kind", "llm"], "kind"),
+    ],
+)
+def test_options_of_model_are_refused_with_a_deployment_file(
+    capsys: pytest.CaptureFixture[str], option: list[str], field: str
+) -> None:
+    """Each was silently ignored: the file's own field applied (--gpus 'a:b:c' planned on every GPU)."""
+    code = main(["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--quiet", *option])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and f"{option[0]}: applies to --model only" in err and field in err, err
+
+
+def _cluster_with_rpc_worker(tmp_path: Path, address: str) -> str:
+    """examples/cluster.yaml with gpu-a's GPUs too small to be the main worker: they serve RPC."""
+    document = yaml.safe_load((EXAMPLES / "cluster.yaml").read_text())
+    document["workers"][0]["address"] = address
+    for gpu in document["workers"][0]["gpus"]:
+        gpu["allocatable_vram_bytes"] = "12 GiB"
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+@pytest.mark.parametrize("address", ["10.0.0.11:99", "::1", "a,b", "10.0.0.11 x"])
+def test_an_rpc_host_llama_cpp_would_misread_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, address: str
+) -> None:
+    """llama.cpp splits --rpc at commas and each endpoint at its first colon: '10.0.0.11:99:50052'
+    connects to port 99, '::1:50052' to host '' (it was written into the command)."""
+    cluster = _cluster_with_rpc_worker(tmp_path, address)
+    code = main(["plan", "--cluster", cluster, "--deployment", DEPLOYMENT, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and "worker[gpu-a].address" in err and "--rpc HOST:PORT" in err, err
+
+
+def test_a_host_name_serves_rpc(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["plan", "--cluster", _cluster_with_rpc_worker(tmp_path, "gpu-a.lan"), "--deployment", DEPLOYMENT])
+    out = capsys.readouterr().out
+    assert code == EXIT_PLACED and "--rpc gpu-a.lan:50052,gpu-a.lan:50053" in out, out
+
+
+def test_a_worker_without_address_needs_a_name_llama_cpp_can_reach() -> None:
+    worker = {"id": 1, "name": "gpu a", "total_ram_bytes": 1, "allocatable_ram_bytes": 1, "gpus": []}
+    named = Cluster.model_validate({"workers": [worker]})
+    with pytest.raises(ValueError, match=r"worker\[gpu a\]\.name"):
+        _ = named.workers[0].host
