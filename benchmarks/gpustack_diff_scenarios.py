@@ -137,6 +137,8 @@ def scenario(number: int, rng: random.Random, gguf_dir: Path) -> Scenario:
     for flag, value in flags.items():
         params += [f"{flag}={value}"] if rng.random() < 0.5 else [flag, value]
     path = gguf_dir / f"{shape}.gguf"
+    if "-ctk" in flags and "-ctv" not in flags and REAL_MODELS[shape].kv_lora_rank:
+        params += ["-ctv", flags["-ctk"]]  # MLA takes one type for K and V (llama.cpp refuses two); no draw
     profile = estimate_profile(path, LlamaParams.from_args(params))
     n_layers = profile.n_blocks + 1
     if rng.random() < 0.2:
