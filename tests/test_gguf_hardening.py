@@ -169,3 +169,21 @@ def test_entry_and_tensor_counts_are_capped(tmp_path: Path) -> None:
     _sparse(path, raw_gguf([], [], kv_count=count), count * 16)
     with pytest.raises(EstimationError, match="exceeds the limit"):
         read_header(path)
+
+
+NOT_UTF8 = struct.pack("<Q", 2) + b"\xff\xfe"
+
+
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        (struct.pack("<IQQ", 3, 0, 1) + NOT_UTF8 + struct.pack("<II", 4, 7), "key of metadata entry 0"),
+        (struct.pack("<IQQ", 3, 1, 0) + NOT_UTF8 + struct.pack("<IQIQ", 1, 4, 0, 0) + bytes(64), "name of tensor 0"),
+    ],
+)
+def test_a_key_or_tensor_name_not_utf8_is_refused_at_its_length(tmp_path: Path, body: bytes, what: str) -> None:
+    path = tmp_path / "not-utf8.gguf"
+    path.write_bytes(b"GGUF" + body)
+    with pytest.raises(EstimationError) as error:
+        read_header(path)
+    assert error.value.where == "byte 24" and error.value.problem == f"{what} is not UTF-8"

@@ -105,6 +105,15 @@ class Cursor:
             raise self.error(f"{what}: length {length} runs past the end of the file ({self.size} bytes)", start)
         return self.raw(length, what)
 
+    def utf8_string(self, what: str, max_bytes: int) -> str:
+        """``string`` decoded as UTF-8, refused (at its length prefix) when it is not."""
+        start = self.pos
+        raw = self.string(what, max_bytes)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.error(f"{what} is not UTF-8", start) from None
+
     def string_or_skip(self, what: str) -> str | SkippedString:
         """A length-prefixed string, decoded when at most ``MAX_STRING_BYTES`` long, else skipped."""
         start = self.pos

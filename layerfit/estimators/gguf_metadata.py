@@ -76,11 +76,7 @@ def read_metadata(cursor: Cursor, kv_count: int) -> dict[str, MetaValue]:
     metadata: dict[str, MetaValue] = {}
     for i in range(kv_count):
         at = cursor.pos
-        raw_key = cursor.string(f"key of metadata entry {i}", MAX_KEY_BYTES)
-        try:
-            key = raw_key.decode("utf-8")
-        except UnicodeDecodeError:
-            raise cursor.error(f"key of metadata entry {i} is not UTF-8", at) from None
+        key = cursor.utf8_string(f"key of metadata entry {i}", MAX_KEY_BYTES)
         if key in metadata:
             raise cursor.error(f"duplicate metadata key {key!r}", at)
         vtype = _value_type(cursor, f"type of {key}")

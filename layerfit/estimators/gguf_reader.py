@@ -93,11 +93,7 @@ def tensor_n_bytes(shape: tuple[int, ...], ggml_type: GGMLQuantizationType) -> i
 
 def _read_tensor_info(cursor: Cursor, index: int) -> _RawTensor:
     at = cursor.pos
-    raw_name = cursor.string(f"name of tensor {index}", MAX_TENSOR_NAME_BYTES)
-    try:
-        name = raw_name.decode("utf-8")
-    except UnicodeDecodeError:
-        raise cursor.error(f"name of tensor {index} is not UTF-8", at) from None
+    name = cursor.utf8_string(f"name of tensor {index}", MAX_TENSOR_NAME_BYTES)
     n_dims = cursor.u32(f"dimension count of {name}")
     if not 1 <= n_dims <= MAX_DIMS:
         raise cursor.error(f"tensor {name}: {n_dims} dimensions, expected 1 to {MAX_DIMS}", cursor.pos - 4)
