@@ -33,7 +33,6 @@ from collections.abc import Sequence
 
 from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.domain.params import LlamaParams
-from layerfit.domain.pattern_cost import cost_problem, size_problem, total_problem
 from layerfit.errors import InputError
 
 CPU_BUFFER = "CPU"
@@ -93,6 +92,8 @@ class ExpertFlags(Frozen):
 
 def compile_pattern(flag: str, pattern: str) -> re.Pattern[str]:
     """The pattern compiled for ``re.search``, refusing what ECMAScript would read differently."""
+    from layerfit.domain.pattern_cost import cost_problem, size_problem
+
     problem = size_problem(pattern) or _non_portable(pattern)
     if problem is not None:
         raise InputError(flag, f"pattern {_shown(pattern)}: {problem}")
@@ -198,9 +199,12 @@ def parse_expert_flags(tokens: Sequence[str]) -> tuple[ExpertFlags, tuple[str, .
             f"at most {MAX_OVERRIDES}",
         )
     flags = ExpertFlags(override_tensor=tuple(overrides), cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe)
-    problem = total_problem(pattern for _, pattern in flags.patterns())
-    if problem is not None:
-        raise InputError(OVERRIDE_FLAGS[1], problem)
+    if flags.patterns():  # the deployment-wide bound on the overrides' regex searches
+        from layerfit.domain.pattern_cost import total_problem
+
+        problem = total_problem(pattern for _, pattern in flags.patterns())
+        if problem is not None:
+            raise InputError(OVERRIDE_FLAGS[1], problem)
     return flags, tuple(rest)
 
 

@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal, Self, get_args
 from pydantic import Field, ValidationError, model_validator
 
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen
-from layerfit.domain.flag_values import check_values
 from layerfit.domain.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
 from layerfit.domain.limits import MAX_DEVICES
 from layerfit.errors import InputError
@@ -356,7 +355,9 @@ def _parse_tokens(tokens: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
         if problem is not None:
             raise problem
         values, i = _take_values(flag, name, attached, tokens, i)
-        if flag.field is None:
+        if flag.field is None:  # a pass-through option: its values checked as llama.cpp parses them
+            from layerfit.domain.flag_values import check_values  # not on the start-up path
+
             check_values(name, flag.names, values)
         if flag.field is None or flag.field == EXPERT_FLAGS:
             extra += [normalise(name), *values]
