@@ -6,15 +6,21 @@ it, ``--fit off`` so that llama.cpp does not re-fit what was decided here. Which
 (``--fit``, ``--n-cpu-moe``, ``-ot``, ``-lm``, ``-fa``'s value) follows ``PlannerConfig.llama_cpp_build``
 (``layerfit.domain.builds``). Device names follow ggml: ``CUDA0``, ``ROCm1``,
 ``Vulkan0``, ... for local GPUs, ``RPC0``, ``RPC1``, ... for the ``--rpc`` endpoints in order.
+
+The CUDA, HIP, MUSA and CANN backends abort at start-up when they see more than 16 devices
+(``GGML_ASSERT(physical_device_count <= GGML_CUDA_MAX_DEVICES)``, ``GGML_CANN_MAX_DEVICES``, llama.cpp
+b11434's source). On a worker with more GPUs than that, every process is given only the GPUs it uses
+through the backend's visibility variable (``CUDA_VISIBLE_DEVICES=16,17``), and ``--device`` names
+them by their place in that list (``CUDA0,CUDA1``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from layerfit.domain.builds import check_flags, flash_attn_args, load_mode_args
 from layerfit.domain.choices import ModelKind
-from layerfit.domain.cluster import Cluster
+from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.expert_flags import expert_flags
@@ -41,9 +47,48 @@ _BACKEND_NAMES = {
 }
 
 
+BACKEND_MAX_DEVICES = 16
+"""Devices the CUDA/HIP/MUSA and CANN backends take; more visible ones abort the process at start-up."""
+_VISIBILITY = {
+    "cuda": "CUDA_VISIBLE_DEVICES",
+    "rocm": "HIP_VISIBLE_DEVICES",
+    "dcu": "HIP_VISIBLE_DEVICES",
+    "musa": "MUSA_VISIBLE_DEVICES",
+    "cann": "ASCEND_RT_VISIBLE_DEVICES",
+    "npu": "ASCEND_RT_VISIBLE_DEVICES",
+}
+"""The variable that limits what each capped backend sees, by GPU type."""
+
+
 def device_name(gpu_type: str, index: int) -> str:
     """ggml's name for a local GPU: ``CUDA0``, ``ROCm1``, ..."""
     return f"{_BACKEND_NAMES.get(gpu_type, gpu_type.upper())}{index}"
+
+
+def visibility(worker: Worker, gpu_indexes: Sequence[int]) -> dict[str, str]:
+    """The environment that keeps a process on ``worker`` that uses ``gpu_indexes`` under its
+    backends' device cap: for each capped backend of which the worker has a GPU at index 16 or
+    above, the GPUs of that backend the process uses (none: an empty list, so that the backend's
+    start-up sees no device). Empty on every other worker."""
+    env: dict[str, str] = {}
+    for gpu_type in sorted({gpu.type for gpu in worker.gpus} & _VISIBILITY.keys()):
+        if max(gpu.index for gpu in worker.gpus if gpu.type == gpu_type) >= BACKEND_MAX_DEVICES:
+            shown = [index for index in gpu_indexes if worker.gpu(index).type == gpu_type]
+            env[_VISIBILITY[gpu_type]] = ",".join(str(index) for index in shown)
+    return env
+
+
+def local_device_names(worker: Worker, gpu_indexes: Sequence[int]) -> tuple[str, ...]:
+    """What a process on ``worker`` that uses ``gpu_indexes`` calls them: ggml's name of each GPU's
+    index, or of its place in the visibility list that ``visibility`` gives the process."""
+    restricted = visibility(worker, gpu_indexes)
+    names = []
+    for index in gpu_indexes:
+        gpu_type = worker.gpu(index).type
+        shown = restricted.get(_VISIBILITY.get(gpu_type, ""))
+        llama_index = index if shown is None else [int(i) for i in shown.split(",")].index(index)
+        names.append(device_name(gpu_type, llama_index))
+    return tuple(names)
 
 
 def rpc_endpoints(cluster: Cluster, layout: Layout, config: PlannerConfig = PlannerConfig()) -> tuple[str, ...]:
@@ -60,9 +105,8 @@ def rpc_endpoints(cluster: Cluster, layout: Layout, config: PlannerConfig = Plan
 def llama_device_names(cluster: Cluster, layout: Layout) -> tuple[str, ...]:
     """What ``--device`` calls each device of the layout, in layout order: ``RPC0``.., then ``CUDA0``.."""
     main = cluster.worker(layout.main_worker)
-    names = [f"RPC{i}" for i in range(len(layout.rpc_devices))]
-    names += [device_name(main.gpu(device.gpu_index).type, device.gpu_index) for device in layout.local_devices]
-    return tuple(names)
+    local = local_device_names(main, [device.gpu_index for device in layout.local_devices])
+    return (*(f"RPC{i}" for i in range(len(layout.rpc_devices))), *local)
 
 
 def check_deployment_flags(deployment: Deployment, config: PlannerConfig) -> None:
@@ -124,7 +168,8 @@ def server_command(
     if config.emits_fit_off:
         argv += ["--fit", "off"]
     argv += list(extra_args)
-    return Command(worker=main.name, program=program, argv=tuple(argv))
+    env = visibility(main, [device.gpu_index for device in layout.local_devices])
+    return Command(worker=main.name, program=program, argv=tuple(argv), env=env)
 
 
 def unknown_bind_host(worker: str) -> str:
@@ -144,9 +189,9 @@ def rpc_server_command(
     """
     worker = cluster.worker(device.worker)
     host = bind_host or worker.rpc_bind_host or unknown_bind_host(worker.name)
-    gpu = worker.gpu(device.gpu_index)
-    argv = ("--host", host, "--port", str(port), "--device", device_name(gpu.type, gpu.index))
-    return Command(worker=device.worker, program=program, argv=argv)
+    (name,) = local_device_names(worker, [device.gpu_index])
+    argv = ("--host", host, "--port", str(port), "--device", name)
+    return Command(worker=device.worker, program=program, argv=argv, env=visibility(worker, [device.gpu_index]))
 
 
 def commands(

@@ -148,3 +148,49 @@ def test_the_deployments_own_switch_is_not_repeated(own: str) -> None:
     kind = ModelKind.RERANKER if own == "--rerank" else ModelKind.EMBEDDING
     (server,) = commands(CLUSTER, layout, "m.gguf", LlamaParams.from_args([own]), kind=kind)
     assert [arg for arg in server.argv if arg.startswith(("--embedding", "--rerank"))] == [own]
+
+
+def _wide_worker(name: str, address: str, gpus: int, gpu_type: str = "cuda") -> Worker:
+    return Worker(
+        id=name,
+        name=name,
+        address=address,
+        total_ram_bytes=1,
+        allocatable_ram_bytes=1,
+        gpus=tuple(
+            Gpu(index=i, type=gpu_type, total_vram_bytes=1, allocatable_vram_bytes=1) for i in range(gpus)
+        ),
+    )
+
+
+def test_a_worker_past_the_backends_16_devices_gives_each_process_only_its_gpus() -> None:
+    """CUDA (and HIP, MUSA, CANN) abort at start-up when they see more than 16 devices: on a
+    20-GPU worker each process is told which GPUs it may see, and names them by their place there."""
+    cluster = Cluster(workers=(_wide_worker("big", "10.0.0.1", 20), _wide_worker("far", "10.0.0.2", 18, "rocm")))
+    layout = make_layout(
+        "big",
+        8,
+        [
+            DeviceAssignment(worker="far", gpu_index=17, blocks=2),
+            DeviceAssignment(worker="big", gpu_index=18, blocks=3),
+            DeviceAssignment(worker="big", gpu_index=2, blocks=3),
+        ],
+    )
+    rpc, server = commands(cluster, layout, "m.gguf", LlamaParams())
+    assert rpc.env == {"HIP_VISIBLE_DEVICES": "17"} and flag(rpc.argv, "--device") == "ROCm0"
+    assert server.env == {"CUDA_VISIBLE_DEVICES": "18,2"} and flag(server.argv, "--device") == "RPC0,CUDA0,CUDA1"
+    assert shlex.split(server.line)[:2] == ["CUDA_VISIBLE_DEVICES=18,2", "llama-server"]
+    # no local GPU: the backend is shown none, so that its start-up does not count all 20
+    (cpu,) = commands(cluster, make_layout("big", 8, []), "m.gguf", LlamaParams())
+    assert cpu.env == {"CUDA_VISIBLE_DEVICES": ""} and cpu.line.startswith("CUDA_VISIBLE_DEVICES='' llama-server")
+
+
+def test_a_worker_within_the_backends_devices_keeps_its_indexes() -> None:
+    cluster = Cluster(workers=(_wide_worker("w", "10.0.0.1", 16),))
+    layout = make_layout("w", 8, [DeviceAssignment(worker="w", gpu_index=15, blocks=8)])
+    (server,) = commands(cluster, layout, "m.gguf", LlamaParams())
+    assert server.env == {} and flag(server.argv, "--device") == "CUDA15" and server.line.startswith("llama-server")
+    vulkan = Cluster(workers=(_wide_worker("v", "10.0.0.1", 20, "vulkan"),))  # not capped: no abort, no list
+    layout = make_layout("v", 8, [DeviceAssignment(worker="v", gpu_index=19, blocks=8)])
+    (server,) = commands(vulkan, layout, "m.gguf", LlamaParams())
+    assert server.env == {} and flag(server.argv, "--device") == "Vulkan19"

@@ -128,10 +128,15 @@ class Command(Frozen):
     worker: str
     program: str
     argv: tuple[str, ...]
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment the process needs (only the GPUs it may see, on a worker with more than its
+    backend takes: ``CUDA_VISIBLE_DEVICES``); empty for most."""
 
     @property
     def line(self) -> str:
-        return shlex.join((self.program, *self.argv))
+        """The command as a POSIX shell runs it: ``VAR=value`` assignments, then the program."""
+        assignments = [f"{name}={shlex.quote(value)}" for name, value in self.env.items()]
+        return " ".join([*assignments, shlex.join((self.program, *self.argv))])
 
 
 class Relaxation(Frozen):
