@@ -339,3 +339,46 @@ def test_selected_gpu_the_vram_split_leaves_empty_is_placed_as_gpustack_places_i
     assert theirs[0].computed_resource_claim.vram[2] == 0
     assert all(ours[0].computed_resource_claim.vram[i] > 0 for i in (0, 1, 2))
     assert sorted(ours[0].computed_resource_claim.tensor_split) == [1, 2, 2]
+
+
+def _cpu_worker(worker_id: int, ram_gib: int, reserved_gib: int = 0) -> Worker:
+    return real_worker(
+        {
+            "id": worker_id,
+            "name": f"cpu-{worker_id}",
+            "ip": f"10.0.0.{worker_id}",
+            "ifname": "eth0",
+            "system_reserved": {"ram": reserved_gib * GiB, "vram": 0},
+            "status": {"memory": {"total": ram_gib * GiB, "is_unified_memory": False}, "gpu_devices": []},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("pool", "parameters"),
+    [
+        # Found by benchmarks/gpustack_diff.py (seed 10 #56): no GPU anywhere, -ngl 5. GPUStack's
+        # partial offload runs and advises on one device; layerfit ended with its last word.
+        ([(1, 64, 0)], ["-ngl", "5"]),
+        ([(1, 64, 64), (2, 64, 0)], ["-ngl", "5"]),  # the first worker, though nothing is left on it
+        ([(1, 64, 0)], ["-ngl", "5", "-ts", "1,1"]),
+        ([(1, 4, 0)], []),  # no -ngl: no partial advice, the CPU advice
+    ],
+)
+def test_messages_match_gpustacks_without_any_gpu(
+    monkeypatch: pytest.MonkeyPatch, pool: list[tuple[int, int, int]], parameters: list[str]
+) -> None:
+    from gpustack.policies.candidate_selectors import gguf_resource_fit_selector as gguf_module
+
+    profile = MemoryProfile.uniform(
+        10, 9 * GiB // 10, GiB // 10, output_weight_bytes=GiB // 2, gpu_fixed_bytes=2 * GiB, host_fixed_bytes=GiB
+    )
+    table = ParserTable(profile)
+    monkeypatch.setattr(gguf_module, "calculate_gguf_model_resource_claim", table)
+    model = gguf_model(backend_parameters=parameters, distributed_inference_across_workers=False)
+    theirs = gguf_module.GGUFResourceFitSelector(model, [], None, resource_view=ResourceView([]))
+    assert asyncio.run(theirs.select_candidates([_cpu_worker(*spec) for spec in pool])) == []
+    config = PlannerConfig(offload_order=OffloadOrder.OUTPUT_LAST, time_limit_s=2)
+    ours = LayerfitGGUFSelector(model, [], None, resource_view=ResourceView([]), profile=profile, config=config)
+    assert asyncio.run(ours.select_candidates([_cpu_worker(*spec) for spec in pool])) == []
+    assert ours.get_messages() == theirs.get_messages()

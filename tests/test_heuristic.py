@@ -702,6 +702,24 @@ GIB_PROFILE = MemoryProfile.uniform(
             {},
             "- The model requires approximately 11.5 GiB RAM.\n- The largest available worker provides 0.0 GiB RAM.",
         ),
+        # No GPU in the cluster, -ngl 5 with CPU offloading: GPUStack's allocatable checks let its
+        # partial offload run, and its advice prices -ngl 5 on one device as gguf-parser does
+        # without -ts (the case above: 6.5 GiB VRAM, 7 GiB RAM) against the first worker, even
+        # one with nothing allocatable (found by benchmarks/gpustack_diff.py, seed 10 #56).
+        (
+            (worker("a", ram=20 * GiB),),
+            {"ngl": 5},
+            "- The model requires approximately 6.5 GiB VRAM and 7.0 GiB RAM to offload 5 layers.\n"
+            "- The largest available worker provides 0.0 GiB VRAM and 20.0 GiB RAM. "
+            "Try offloading fewer layers to lower resource required.",
+        ),
+        (
+            (worker("a", ram=0), worker("b", ram=20 * GiB)),
+            {"ngl": 5, "ts": (1.0, 1.0)},
+            "- The model requires approximately 6.5 GiB VRAM and 7.0 GiB RAM to offload 5 layers.\n"
+            "- The largest available worker provides 0.0 GiB VRAM and 0.0 GiB RAM. "
+            "Try offloading fewer layers to lower resource required.",
+        ),
         # No main worker: no GPU holds one layer (2.5 GiB). With -ngl 5 the full-offload strategies
         # are skipped, and the distributed advice comes before the partial one in GPUStack's order.
         (

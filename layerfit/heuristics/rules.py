@@ -261,6 +261,15 @@ def has_usable_gpu(ctx: Context, action: Action) -> Skip | None:
     return skip
 
 
+def has_usable_gpu_or_none_at_all(ctx: Context, action: Action) -> Skip | None:
+    """``has_usable_gpu``, except on a cluster where no worker has a GPU at all: GPUStack's
+    allocatable checks skip a strategy only when GPUs exist and none has VRAM left, so its partial
+    offload runs there, finds nothing and, with ``-ngl``, advises on one device."""
+    if not any(worker.gpus for worker in ctx.cluster.workers):
+        return None
+    return has_usable_gpu(ctx, action)
+
+
 def two_gpu_workers(ctx: Context, action: Action) -> Skip | None:
     if sum(1 for worker in ctx.workers if worker.gpus) >= 2:
         return None
@@ -273,7 +282,12 @@ def two_usable_gpus(ctx: Context, action: Action) -> Skip | None:
     return _skip(action, ReasonKind.STRATEGY_SKIPPED, "vram", "fewer than two GPUs have allocatable VRAM")
 
 
-RESOURCE_RULES: tuple[SkipRule, ...] = (has_usable_gpu, two_gpu_workers, two_usable_gpus)
+RESOURCE_RULES: tuple[SkipRule, ...] = (
+    has_usable_gpu,
+    has_usable_gpu_or_none_at_all,
+    two_gpu_workers,
+    two_usable_gpus,
+)
 """The rules GPUStack applies after the switch, parameter and selection rules (its allocatable checks)."""
 
 

@@ -38,7 +38,10 @@ def rejection(ctx: Context, action: Action, where: Placement, n_gpu_layers: int)
 
 def advised_need(ctx: Context, where: Placement, n_gpu_layers: int) -> Claims:
     """What GPUStack's advice says a placement needs: discrete-memory claims (its ``nonuma``
-    figures), also on a unified-memory worker."""
+    figures), also on a unified-memory worker. A placement without devices (a worker without GPUs)
+    is priced as gguf-parser prices a model given no ``--tensor-split``: on one device."""
+    if not where.devices:
+        return ctx.evaluator.claims(ctx.evaluator.shape(n_gpu_layers, (1.0,)), frozenset())
     return ctx.evaluator.claims(ctx.evaluator.layout(where, n_gpu_layers), frozenset())
 
 

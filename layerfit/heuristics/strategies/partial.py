@@ -33,7 +33,7 @@ from layerfit.heuristics.strategies.base import (
     worker_placement,
 )
 from layerfit.heuristics.strategies.multi_gpu import device_groups, whole_worker
-from layerfit.heuristics.views import WorkerView
+from layerfit.heuristics.views import WorkerView, worker_view
 
 ACTION = Action.PARTIAL
 
@@ -117,11 +117,12 @@ def _worker_multi_gpu(ctx: Context, worker: WorkerView, lo: int, hi: int) -> lis
 
 
 def _advice(ctx: Context, layers: int) -> StrategyResult:
-    worker = ctx.workers[0]
+    worker = advised_worker(ctx)
     where = whole_worker(ctx, worker)
-    _, reasons = rejection(ctx, ACTION, where, layers)
+    reasons = rejection(ctx, ACTION, where, layers)[1] if where.devices else ()
     what = "a single layer" if layers == 1 else f"{layers} layers"
-    summary = no_candidate(ACTION, f"no GPU or GPU combination of one worker holds {what}", worker=worker.name)
+    why = f"no GPU or GPU combination of one worker holds {what}" if ctx.gpus else f"no worker has a GPU to hold {what}"
+    summary = no_candidate(ACTION, why, worker=worker.name)
     if ctx.gpu_layers is None:
         return StrategyResult(reasons=(*reasons, summary))
     needed = advised_need(ctx, where, layers)
@@ -138,6 +139,14 @@ def _advice(ctx: Context, layers: int) -> StrategyResult:
     return StrategyResult(reasons=(*reasons, summary), notes=(Note(Level.INFO, ACTION, advice),))
 
 
+def advised_worker(ctx: Context) -> WorkerView:
+    """GPUStack's ``workers[0]``: the most allocatable VRAM, ties in the cluster's order, among
+    every worker. ``ctx.workers[0]`` when a GPU has VRAM left; on a cluster without GPUs, the
+    first worker, even with nothing allocatable (``ctx.workers`` leaves such a worker out)."""
+    views = (worker_view(worker, ctx.selection) for worker in ctx.cluster.workers)
+    return min(views, key=lambda view: -view.vram_bytes)
+
+
 STRATEGY = Strategy(
     action=ACTION,
     kind=StrategyClass.PARTIAL_OFFLOAD,
@@ -146,7 +155,7 @@ STRATEGY = Strategy(
         rules.not_image,
         rules.gpu_layers_partial,
         rules.selection_one_worker,
-        rules.has_usable_gpu,
+        rules.has_usable_gpu_or_none_at_all,
     ),
     search=search,
 )
