@@ -93,6 +93,26 @@ def test_every_fixture_and_real_model_is_accepted(tmp_path: Path) -> None:
         assert read_gguf(str(path)).block_count > 0, path
 
 
+def test_blocks_past_llama_cpp_s_limit_are_refused(tmp_path: Path) -> None:
+    """llama.cpp asserts ``0 < n_layer <= LLAMA_MAX_LAYERS`` (512) before it reads a tensor (b11434
+    aborted on 513 tiny blocks); the estimator's own cap is 1,024."""
+    with pytest.raises(EstimationError, match=r"block_count: 513 blocks, more than llama\.cpp's 512"):
+        read_gguf(str(write_tiny(tmp_path, "many", data="header", block_count=513)))
+    assert read_gguf(str(write_tiny(tmp_path, "most", data="header", block_count=512))).block_count == 512
+
+
+def test_experts_used_per_block_are_read_as_the_graph_reads_them(written: dict[str, Path]) -> None:
+    """An array of experts used per block: block 0's count is what every block's graph routes to,
+    except where the architecture routes each block by its own (nemotron_h: the most of any)."""
+    assert read_gguf(str(written["qwen3moe-experts-used-per-layer"])).expert_used_count == 4
+    from layerfit.estimators.header_access import MetaReader
+    from layerfit.estimators.shape import _experts_used
+
+    for arch, expected in (("nemotron_h", 8), ("qwen3moe", 2)):
+        meta = MetaReader("m.gguf", {f"{arch}.expert_used_count": (2, 8, 4)}, arch)
+        assert _experts_used(meta, arch, 3) == expected
+
+
 def test_tensors_beyond_block_count_are_refused_for_a_modelled_architecture(
     written: dict[str, Path], tmp_path: Path
 ) -> None:

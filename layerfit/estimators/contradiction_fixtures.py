@@ -98,8 +98,24 @@ CONTRADICTIONS: dict[str, Contradiction] = {
         Keys.Attention.HEAD_COUNT_KV,
         "blk.5.attn_k.weight",
     ),
+    # what llama.cpp asserts against while reading the hyperparameters, before any tensor
+    "qwen3moe-expert-count-cap": Contradiction("qwen3moe-q8_0", {Keys.LLM.EXPERT_COUNT: 1025}, Keys.LLM.EXPERT_COUNT),
+    "qwen3moe-experts-used-rising": Contradiction(
+        "qwen3moe-q8_0", {Keys.LLM.EXPERT_USED_COUNT: (4, 2, 8, 4)}, Keys.LLM.EXPERT_USED_COUNT
+    ),
+    "qwen3moe-expert-groups": Contradiction(
+        "qwen3moe-q8_0",
+        {Keys.LLM.EXPERT_GROUP_COUNT: 3, Keys.LLM.EXPERT_GROUP_USED_COUNT: 1},
+        Keys.LLM.EXPERT_GROUP_COUNT,
+    ),
+    "qwen3moe-expert-groups-used": Contradiction(
+        "qwen3moe-q8_0",
+        {Keys.LLM.EXPERT_GROUP_COUNT: 4, Keys.LLM.EXPERT_GROUP_USED_COUNT: 4},
+        Keys.LLM.EXPERT_GROUP_USED_COUNT,
+    ),
 }
-"""Files llama.cpp refuses at load, by the hyperparameter their tensors contradict."""
+"""Files llama.cpp refuses at load, by the hyperparameter their tensors contradict or that passes
+llama.cpp's own limits."""
 
 LOADABLE: dict[str, Contradiction] = {
     "llama-vocab-size-key": Contradiction("llama-q4_0", {Keys.LLM.VOCAB_SIZE: 50000}, Keys.LLM.VOCAB_SIZE),
@@ -109,10 +125,19 @@ LOADABLE: dict[str, Contradiction] = {
     "olmoe-expert-width-key": Contradiction(
         "olmoe-q4_0", {Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: 999}, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
     ),
+    "qwen3moe-experts-used-per-layer": Contradiction(
+        "qwen3moe-q8_0", {Keys.LLM.EXPERT_USED_COUNT: (4, 2, 4, 3)}, Keys.LLM.EXPERT_USED_COUNT
+    ),
+    "qwen3moe-expert-groups-loadable": Contradiction(
+        "qwen3moe-q8_0",
+        {Keys.LLM.EXPERT_GROUP_COUNT: 4, Keys.LLM.EXPERT_GROUP_USED_COUNT: 2},
+        Keys.LLM.EXPERT_GROUP_COUNT,
+    ),
 }
 """Files whose key disagrees with the tensors where llama.cpp ignores the key: the tokenizer's
-list sizes the vocabulary, qwen3 runs every layer with layer 0's head count, and olmoe's experts
-are as wide as ``feed_forward_length``."""
+list sizes the vocabulary, qwen3 runs every layer with layer 0's head count, olmoe's experts
+are as wide as ``feed_forward_length``; and files within llama.cpp's limits that look odd: experts
+used per layer (an array), expert groups."""
 
 
 def write_contradiction(

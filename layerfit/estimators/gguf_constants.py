@@ -127,6 +127,8 @@ class Keys:
         EMBEDDING_LENGTH = "{arch}.embedding_length"
         EXPERT_COUNT = "{arch}.expert_count"
         EXPERT_FEED_FORWARD_LENGTH = "{arch}.expert_feed_forward_length"
+        EXPERT_GROUP_COUNT = "{arch}.expert_group_count"
+        EXPERT_GROUP_USED_COUNT = "{arch}.expert_group_used_count"
         EXPERT_SHARED_COUNT = "{arch}.expert_shared_count"
         EXPERT_SHARED_FEED_FORWARD_LENGTH = "{arch}.expert_shared_feed_forward_length"
         EXPERT_USED_COUNT = "{arch}.expert_used_count"

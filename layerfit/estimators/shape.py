@@ -153,6 +153,15 @@ def read_gguf(path: str, allow_missing_data: bool = True) -> ModelShape:
     return shape_from_header(read_header(path, allow_missing_data))
 
 
+def _experts_used(meta: MetaReader, arch: str, n: int) -> int:
+    """Experts a block's graph routes to: the most of any block where each block routes its own,
+    else block 0's (llama.cpp reads an array for every architecture, but only those route by it)."""
+    used = meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, n, 0)
+    if not used:
+        return 0
+    return max(used) if arch in arch_rules.PER_LAYER_EXPERTS_USED else used[0]
+
+
 def shape_from_header(header: GgufHeader) -> ModelShape:
     arch = header.architecture
     if arch == "clip":
@@ -217,7 +226,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         kv_lora_rank=kv_lora_rank,
         rope_dimension_count=meta.integer(Keys.Rope.DIMENSION_COUNT, 0),
         expert_count=meta.integer(Keys.LLM.EXPERT_COUNT, 0),
-        expert_used_count=meta.integer(Keys.LLM.EXPERT_USED_COUNT, 0),
+        expert_used_count=_experts_used(meta, arch, n),
         expert_shared_count=meta.integer(Keys.LLM.EXPERT_SHARED_COUNT, 0),
         expert_feed_forward_length=_expert_width(meta, tensors, arch, n),
         leading_dense_block_count=meta.integer(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0),

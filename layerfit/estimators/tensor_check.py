@@ -53,8 +53,67 @@ def vocabulary_size(meta: MetaReader) -> tuple[str, int] | None:
     return None
 
 
+LLAMA_MAX_LAYERS = 512
+"""Most blocks llama.cpp loads (``LLAMA_MAX_LAYERS``, b11434's ``llama-hparams.h``)."""
+LLAMA_MAX_EXPERTS = 1024
+"""Most experts per block llama.cpp loads (``LLAMA_MAX_EXPERTS``)."""
+
+
+def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
+    """Refuse, naming the key, what llama.cpp asserts against when it reads the hyperparameters
+    (``llama_model::load_hparams``, before any tensor): the block and expert limits, at least one of
+    at most ``expert_count`` experts used (the most of any block), expert groups that divide the
+    experts; and a block routing more experts than block 0 where the graph takes block 0's count."""
+    experts = shape.expert_count
+    per_block = meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, shape.block_count, 0)
+    used = max(per_block, default=0)
+    groups = meta.integer(Keys.LLM.EXPERT_GROUP_COUNT, 0)
+    groups_used = meta.integer(Keys.LLM.EXPERT_GROUP_USED_COUNT, 0)
+    refusals = (
+        (
+            Keys.LLM.BLOCK_COUNT,
+            shape.block_count > LLAMA_MAX_LAYERS,
+            f"{shape.block_count} blocks, more than llama.cpp's {LLAMA_MAX_LAYERS} (LLAMA_MAX_LAYERS)",
+        ),
+        (
+            Keys.LLM.EXPERT_COUNT,
+            experts > LLAMA_MAX_EXPERTS,
+            f"{experts} experts, more than llama.cpp's {LLAMA_MAX_EXPERTS} (LLAMA_MAX_EXPERTS)",
+        ),
+        (Keys.LLM.EXPERT_USED_COUNT, used > experts, f"{used} experts used of {experts} (expert_count)"),
+        (Keys.LLM.EXPERT_USED_COUNT, experts > 0 and used == 0, f"no experts used of {experts} (expert_count)"),
+        (
+            Keys.LLM.EXPERT_GROUP_COUNT,
+            experts > 0 and groups >= experts,
+            f"{groups} expert groups of {experts} experts (expert_count): fewer groups than experts needed",
+        ),
+        (
+            Keys.LLM.EXPERT_GROUP_COUNT,
+            experts > 0 and groups > 1 and experts % groups != 0,
+            f"{groups} expert groups do not divide {experts} experts (expert_count)",
+        ),
+        (
+            Keys.LLM.EXPERT_GROUP_USED_COUNT,
+            experts > 0 and groups > 1 and not 0 < groups_used < groups,
+            f"{groups_used} expert groups used of {groups}: at least one and fewer than all needed",
+        ),
+    )
+    for template, refused, problem in refusals:
+        if refused:
+            raise EstimationError(shape.path, meta.key(template), f"{problem}: llama.cpp refuses it")
+    if shape.architecture not in arch_rules.PER_LAYER_EXPERTS_USED and used > per_block[0]:
+        block = next(i for i, count in enumerate(per_block) if count > per_block[0])
+        problem = (
+            f"block {block} routes {per_block[block]} experts where the graph selects block 0's {per_block[0]} in "
+            f"every block ({shape.architecture} takes no per-block count): llama.cpp refuses it (GGML_ASSERT on a "
+            "view)"
+        )
+        raise EstimationError(shape.path, meta.key(Keys.LLM.EXPERT_USED_COUNT), problem)
+
+
 def check_shape(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> None:
     """Refuse, naming the key, the tensor and both values, a hyperparameter its tensors contradict."""
+    check_hparams(shape, meta)
     if not shape.known_architecture:
         return
     check = _Checker(shape, meta)
@@ -67,7 +126,6 @@ def check_shape(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> N
             check.attention(block, block_tensors)
         check.experts(block, block_tensors)
         check.recurrent(block, block_tensors)
-    check.expert_counts()
 
 
 class _Checker:
@@ -214,19 +272,6 @@ class _Checker:
             for name, axis in (("ffn_up_exps.weight", 1), ("ffn_gate_exps.weight", 1), ("ffn_down_exps.weight", 0)):
                 if name in tensors:
                     self.expect(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, claim, p + name, tensors[name], axis, (width,))
-
-    def expert_counts(self) -> None:
-        """llama.cpp asserts ``0 < expert_used_count <= expert_count`` when there are experts."""
-        shape = self.shape
-        used_key = self.meta.key(Keys.LLM.EXPERT_USED_COUNT)
-        if shape.expert_used_count > shape.expert_count:
-            problem = (
-                f"{shape.expert_used_count} experts used of {shape.expert_count} (expert_count): llama.cpp refuses it"
-            )
-            raise EstimationError(self.path, used_key, problem)
-        if shape.expert_count and not shape.expert_used_count:
-            problem = f"no experts used of {shape.expert_count} (expert_count): llama.cpp refuses it"
-            raise EstimationError(self.path, used_key, problem)
 
     # -- recurrent (Mamba) layers ---------------------------------------------------------------
 
