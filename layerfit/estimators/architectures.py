@@ -101,6 +101,76 @@ PER_LAYER_EXPERTS_USED = frozenset({"nemotron_h"})
 """Architectures whose blocks each route their own ``expert_used_count`` (an array): every other
 graph selects block 0's count in every block (llama.cpp's ``build_moe_ffn`` default)."""
 
+ROPE_WHOLE_HEAD = frozenset(
+    {
+        "apertus",
+        "arcee",
+        "arctic",
+        "baichuan",
+        "chameleon",
+        "codeshell",
+        "cogvlm",
+        "cohere2moe",
+        "dbrx",
+        "deci",
+        "deepseek",
+        "dots1",
+        "dream",
+        "ernie4_5",
+        "ernie4_5-moe",
+        "exaone",
+        "exaone-moe",
+        "exaone4",
+        "falcon",
+        "granite",
+        "granite_swa",
+        "graniteswitch",
+        "grok",
+        "grovemoe",
+        "hunyuan-moe",
+        "hunyuan_vl",
+        "hy_v3",
+        "internlm2",
+        "jais2",
+        "llada",
+        "llada-moe",
+        "llama",
+        "llama-embed",
+        "llama4",
+        "maincoder",
+        "mellum",
+        "minimax-01",
+        "minimax-m2",
+        "mistral3",
+        "nemotron",
+        "olmo",
+        "olmo2",
+        "olmoe",
+        "orion",
+        "paddleocr",
+        "pangu-embedded",
+        "plamo",
+        "pockettts",
+        "qwen2",
+        "qwen2moe",
+        "qwen2vl",
+        "qwen3",
+        "qwen3moe",
+        "qwen3vl",
+        "qwen3vlmoe",
+        "rnd1",
+        "seed_oss",
+        "smallthinker",
+        "smollm3",
+        "starcoder2",
+        "talkie",
+        "xverse",
+    }
+)
+"""Architectures whose ``rope.dimension_count`` must equal the key length: llama.cpp b11434 refuses
+another at load (llama, deci, falcon, llama-embed) or asserts it building the graph (the others;
+every ``src/models/*.cpp`` with ``GGML_ASSERT(n_embd_head == n_rot)``)."""
+
 PARALLEL_HYBRID = frozenset({"falcon-h1"})
 """Every layer has both an attention KV cache and a recurrent state."""
 

@@ -23,7 +23,7 @@ from layerfit.estimators.synthetic import DataMode, write_gguf
 class Contradiction(NamedTuple):
     model: str
     """The ``ARCH_MODELS`` entry whose tensors are kept."""
-    metadata: dict[str, int | tuple[int, ...] | None]
+    metadata: dict[str, int | str | tuple[int, ...] | None]
     """Keys (``{arch}`` expanded) written instead of the model's own."""
     key: str
     """The key the estimator names (``{arch}`` expanded)."""
@@ -99,6 +99,13 @@ CONTRADICTIONS: dict[str, Contradiction] = {
         "blk.5.attn_k.weight",
     ),
     # what llama.cpp asserts against while reading the hyperparameters, before any tensor
+    "llama-nextn-layers": Contradiction(
+        "llama-q4_0", {Keys.LLM.NEXTN_PREDICT_LAYERS: 5}, Keys.LLM.NEXTN_PREDICT_LAYERS
+    ),
+    "llama-rope-scaling": Contradiction("llama-q4_0", {Keys.Rope.SCALING_TYPE: "cubic"}, Keys.Rope.SCALING_TYPE),
+    "llama-rope-dimension": Contradiction("llama-q4_0", {Keys.Rope.DIMENSION_COUNT: 64}, Keys.Rope.DIMENSION_COUNT),
+    "qwen3-rope-dimension": Contradiction("qwen3-f16", {Keys.Rope.DIMENSION_COUNT: 64}, Keys.Rope.DIMENSION_COUNT),
+    "llama-expert-groups": Contradiction("llama-q4_0", {Keys.LLM.EXPERT_GROUP_COUNT: 2}, Keys.LLM.EXPERT_GROUP_COUNT),
     "qwen3moe-expert-count-cap": Contradiction("qwen3moe-q8_0", {Keys.LLM.EXPERT_COUNT: 1025}, Keys.LLM.EXPERT_COUNT),
     "qwen3moe-experts-used-rising": Contradiction(
         "qwen3moe-q8_0", {Keys.LLM.EXPERT_USED_COUNT: (4, 2, 8, 4)}, Keys.LLM.EXPERT_USED_COUNT
@@ -122,12 +129,14 @@ LOADABLE: dict[str, Contradiction] = {
     "qwen3-head-count-array": Contradiction(
         "qwen3-f16", {Keys.Attention.HEAD_COUNT: (16, 16, 32, 16)}, Keys.Attention.HEAD_COUNT
     ),
+    "gemma3-rope-dimension": Contradiction("gemma3-q4_k", {Keys.Rope.DIMENSION_COUNT: 64}, Keys.Rope.DIMENSION_COUNT),
     "olmoe-expert-width-key": Contradiction(
         "olmoe-q4_0", {Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: 999}, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
     ),
     "qwen3moe-experts-used-per-layer": Contradiction(
         "qwen3moe-q8_0", {Keys.LLM.EXPERT_USED_COUNT: (4, 2, 4, 3)}, Keys.LLM.EXPERT_USED_COUNT
     ),
+    "llama-rope-scaling-yarn": Contradiction("llama-q4_0", {Keys.Rope.SCALING_TYPE: "yarn"}, Keys.Rope.SCALING_TYPE),
     "qwen3moe-expert-groups-loadable": Contradiction(
         "qwen3moe-q8_0",
         {Keys.LLM.EXPERT_GROUP_COUNT: 4, Keys.LLM.EXPERT_GROUP_USED_COUNT: 2},

@@ -162,6 +162,7 @@ class Keys:
     class Rope:
         DIMENSION_COUNT = "{arch}.rope.dimension_count"
         FREQ_BASE = "{arch}.rope.freq_base"
+        SCALING_TYPE = "{arch}.rope.scaling.type"
 
     class SSM:
         CONV_KERNEL = "{arch}.ssm.conv_kernel"

@@ -57,6 +57,8 @@ LLAMA_MAX_LAYERS = 512
 """Most blocks llama.cpp loads (``LLAMA_MAX_LAYERS``, b11434's ``llama-hparams.h``)."""
 LLAMA_MAX_EXPERTS = 1024
 """Most experts per block llama.cpp loads (``LLAMA_MAX_EXPERTS``)."""
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+"""The ``rope.scaling.type`` values llama.cpp knows; it asserts on any other."""
 
 
 def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
@@ -64,16 +66,31 @@ def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
     (``llama_model::load_hparams``, before any tensor): the block and expert limits, at least one of
     at most ``expert_count`` experts used (the most of any block), expert groups that divide the
     experts; and a block routing more experts than block 0 where the graph takes block 0's count."""
-    experts = shape.expert_count
-    per_block = meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, shape.block_count, 0)
+    experts, blocks = shape.expert_count, shape.block_count
+    per_block = meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, blocks, 0)
     used = max(per_block, default=0)
     groups = meta.integer(Keys.LLM.EXPERT_GROUP_COUNT, 0)
     groups_used = meta.integer(Keys.LLM.EXPERT_GROUP_USED_COUNT, 0)
+    nextn = meta.integer(Keys.LLM.NEXTN_PREDICT_LAYERS, 0)
+    scaling = meta.metadata.get(meta.key(Keys.Rope.SCALING_TYPE), "linear")
+    rope = meta.integer(Keys.Rope.DIMENSION_COUNT, 0) if meta.has(Keys.Rope.DIMENSION_COUNT) else None
+    head_0 = shape.head_count[0] if shape.head_count else 0  # llama.cpp's n_head(): block 0's
     refusals = (
         (
             Keys.LLM.BLOCK_COUNT,
-            shape.block_count > LLAMA_MAX_LAYERS,
-            f"{shape.block_count} blocks, more than llama.cpp's {LLAMA_MAX_LAYERS} (LLAMA_MAX_LAYERS)",
+            blocks > LLAMA_MAX_LAYERS,
+            f"{blocks} blocks, more than llama.cpp's {LLAMA_MAX_LAYERS} (LLAMA_MAX_LAYERS)",
+        ),
+        (Keys.LLM.NEXTN_PREDICT_LAYERS, nextn > blocks, f"{nextn} next-token prediction layers of {blocks} blocks"),
+        (
+            Keys.Rope.SCALING_TYPE,
+            scaling not in ROPE_SCALING_TYPES,
+            f"rope scaling {scaling!r}, none of llama.cpp's {', '.join(ROPE_SCALING_TYPES)}",
+        ),
+        (
+            Keys.Rope.DIMENSION_COUNT,
+            shape.architecture in arch_rules.ROPE_WHOLE_HEAD and head_0 > 0 and rope not in (None, shape.key_length),
+            f"rope dimension {rope} where {shape.architecture} rotates the whole key of {shape.key_length}",
         ),
         (
             Keys.LLM.EXPERT_COUNT,
@@ -82,6 +99,7 @@ def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
         ),
         (Keys.LLM.EXPERT_USED_COUNT, used > experts, f"{used} experts used of {experts} (expert_count)"),
         (Keys.LLM.EXPERT_USED_COUNT, experts > 0 and used == 0, f"no experts used of {experts} (expert_count)"),
+        (Keys.LLM.EXPERT_GROUP_COUNT, experts == 0 and groups > 0, f"{groups} expert groups without experts"),
         (
             Keys.LLM.EXPERT_GROUP_COUNT,
             experts > 0 and groups >= experts,
