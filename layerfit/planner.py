@@ -206,6 +206,21 @@ def plan(
     )
 
 
+COUNTED_LIMITS = frozenset({"", "rpc_combinations"})
+"""``truncated`` values that name no time limit: the heuristic's count of RPC combinations is the
+same on every run."""
+
+
+def time_cuts(result: Plan) -> tuple[str, ...]:
+    """The engines of ``result`` a time limit cut short (their ``truncated`` detail): only then may
+    the same input give another plan on another run."""
+    return tuple(
+        stats.engine
+        for stats in result.stats
+        if any(part not in COUNTED_LIMITS for part in str(stats.details.get("truncated", "")).split(","))
+    )
+
+
 def with_device_cap(
     cluster: Cluster, deployment: Deployment, config: PlannerConfig, profile: MemoryProfile, reasons: tuple[Reason, ...]
 ) -> tuple[Reason, ...]:

@@ -76,3 +76,31 @@ def test_a_cp_sat_solve_stopped_by_the_clock_is_a_safety_stop() -> None:
         spent.charge(solver, status, "stage")
         assert (spent.stops == ["stage"]) is fires
         assert spent.spent_s == pytest.approx(solver.deterministic_time / budget.DETERMINISTIC_PER_S)
+
+
+def distributed_fleet() -> Fleet:
+    """A 60 GiB deployment that fits on no worker alone: its candidates are the single-deployment
+    planner's distributed layouts."""
+    from fleet_builders import cluster_of
+
+    from layerfit.domain import Deployment, GiB, MemoryProfile
+
+    big = Deployment(
+        name="big",
+        profile=MemoryProfile.uniform(16, 60 * GiB // 16, 0),
+        distributed_inference_across_workers=True,
+    )
+    return Fleet(cluster=cluster_of([(24, 24), (16,), (48, 8)]), deployments=(big,))
+
+
+def test_the_planner_cut_by_its_own_time_limit_is_a_safety_stop() -> None:
+    # The planner's limit (not the fleet's) ends its heuristic and its solver: the layouts it gives
+    # may differ from run to run, and the plan says so as it does for the fleet's own stages
+    config = CONFIG.model_copy(update={"executor": Executor.SERIAL})
+    cut = plan_fleet(distributed_fleet(), config, PlannerConfig(time_limit_s=1e-3))
+    stops = str(cut.stats[0].details["safety_stops"])
+    assert "single-deployment planner" in stops
+    said = [r for r in cut.reasons if r.kind is ReasonKind.STRATEGY_SKIPPED and "safety stop" in r.message]
+    assert len(said) == 1 and stops in said[0].message
+    whole = plan_fleet(distributed_fleet(), config, PlannerConfig(time_limit_s=30.0))
+    assert whole.stats[0].details["safety_stops"] == "none" and len(whole.placements) == 1

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from itertools import combinations
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +18,7 @@ from layerfit.domain import (
     DeviceAssignment,
     Gpu,
     MemoryProfile,
+    Plan,
     PlannerConfig,
     RoleCosts,
     Status,
@@ -65,6 +68,32 @@ def test_experts_of_the_fewest_first_blocks_go_to_the_host() -> None:
     assert check(cluster, deployment, result, profile) == ()
     argv = result.commands[-1].argv
     assert argv[argv.index("--n-cpu-moe") + 1] == "5" and "-ot" not in argv
+
+
+def test_a_search_over_expert_counts_stopped_by_its_deadline_says_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bisection over expert counts stops at its deadline with the best so far; its stats now say
+    # so (they said nothing: a plan that depends on the clock looked like one that does not)
+    from layerfit.heuristics import moe
+
+    profile, cluster = moe_profile(), one_gpu_cluster(2000)
+    deployment = Deployment(name="m", profile=profile)
+    calls: list[int] = []
+    real = moe.plan
+
+    def counted(*args: Any, deadline: object = None, **options: Any) -> Plan:
+        calls.append(1)
+        return real(*args, **options)
+
+    class AfterTwoPlans:
+        def expired(self) -> bool:
+            return len(calls) >= 2
+
+    monkeypatch.setattr(moe, "plan", counted)
+    cut, blocks = plan_with_experts(cluster, deployment, CONFIG, profile, deadline=AfterTwoPlans())  # type: ignore[arg-type]
+    assert len(calls) == 2 and blocks == tuple(range(8))  # no experts, then all of them: no bisection
+    assert cut.stats[0].details["truncated"] == "deadline"
+    whole, blocks = plan_with_experts(cluster, deployment, CONFIG, profile)
+    assert blocks == (0, 1, 2, 3, 4) and whole.stats[0].details["truncated"] == ""
 
 
 def test_parity_switch_keeps_gpustack_order() -> None:

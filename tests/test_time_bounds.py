@@ -126,3 +126,23 @@ def test_solver_set_up_stops_at_its_deadline() -> None:
         build_instance(target, DISTRIBUTED, PROFILE, PlannerConfig(), deadline=Deadline(time.perf_counter()))
     result = solve(target, DISTRIBUTED, PROFILE, PlannerConfig(time_limit_s=1e-6))
     assert result.status is Status.UNKNOWN and result.stats.details["truncated"] == "deadline"
+
+
+def test_a_cp_sat_solve_cut_by_its_time_limit_is_named_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every CP-SAT solve of the solver gets a microsecond: none ends with a proof, and the solver's
+    # stats name each step its limit cut (they named only the alternatives', so a plan that depends
+    # on the clock looked like one that does not); ``time_cuts`` reads them for the fleet
+    from layerfit.planner import time_cuts
+    from layerfit.solver import runner
+
+    target = rpc_cluster(2, gpus_each=3)
+    whole = plan(target, DISTRIBUTED, PlannerConfig(time_limit_s=60), explain=False)
+    assert whole.stats[1].status is Status.OPTIMAL and whole.stats[1].details["truncated"] == ""
+    assert time_cuts(whole) == ()
+    real = runner.solver_for
+    monkeypatch.setattr(runner, "solver_for", lambda config, _, **options: real(config, 1e-6, **options))
+    cut = plan(target, DISTRIBUTED, PlannerConfig(time_limit_s=60), explain=False)
+    solver = cut.stats[1]
+    assert solver.status is Status.FEASIBLE and solver.details["hint"] == "incomplete"
+    assert {"hint", "3-workers"} <= set(str(solver.details["truncated"]).split(","))
+    assert time_cuts(cut) == ("cp-sat",)

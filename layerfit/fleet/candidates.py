@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from layerfit.check import checked_claims, offload_order_reasons, rule_reasons
+from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
@@ -149,14 +150,18 @@ def _multi_gpu_hosts(cluster: Cluster, deployment: Deployment, profile: MemoryPr
 
 
 def _planner_candidates(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
-) -> CandidateSet:
-    """The single-deployment planner's layouts over the whole cluster (distributed or partial)."""
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, until: float | None
+) -> tuple[CandidateSet, bool]:
+    """The single-deployment planner's layouts over the whole cluster (distributed or partial),
+    within its own time limit and the safety stop ``until`` (``time.time()``); and whether a time
+    limit cut its search (``planner.time_cuts``: another run may find other layouts)."""
     from layerfit.planner import plan as plan_one
+    from layerfit.planner import time_cuts
 
-    result = plan_one(cluster, deployment, config, profile, explain=False)
+    deadline = None if until is None else Deadline.after(until - time.time())
+    result = plan_one(cluster, deployment, config, profile, explain=False, deadline=deadline)
     layouts = [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
-    return valid_candidates(cluster, deployment, profile, config, layouts)
+    return valid_candidates(cluster, deployment, profile, config, layouts), bool(time_cuts(result))
 
 
 Member = tuple[tuple[Layout, ...], int, int]
@@ -186,9 +191,13 @@ class _Shared:
     def has_planner(self) -> bool:
         return self._planner is not None
 
-    def planner(self) -> CandidateSet:
+    def planner(self, allowance: Allowance) -> CandidateSet:
+        """The planner's layouts (computed once); a time limit that cuts its search marks ``allowance``."""
         if self._planner is None:
-            self._planner = _planner_candidates(self.cluster, self.deployment, self.profile, self.config)
+            self._planner, cut = _planner_candidates(
+                self.cluster, self.deployment, self.profile, self.config, allowance.until
+            )
+            allowance.planner_cut = allowance.planner_cut or cut
         return self._planner
 
 
@@ -204,6 +213,9 @@ class Allowance:
     """A layout was not looked for: the work budget was spent."""
     stopped: bool = False
     """A layout was not looked for: the safety stop fired first."""
+    planner_cut: bool = False
+    """A time limit (the planner's own, or the safety stop) cut the single-deployment planner's
+    search short: its layouts may differ from run to run."""
 
     def take(self, cost_s: float) -> bool:
         """Whether an optional step of this cost may run (charged if so)."""
@@ -247,7 +259,7 @@ def _member_candidates(shared: _Shared, member: Member, limit: int, allowance: A
         if needed:
             allowance.charge(PLANNER_S)
         if needed or shared.has_planner() or allowance.take(PLANNER_S):
-            found += shared.planner()
+            found += shared.planner(allowance)
     unique: dict[Layout, Claims] = {}
     for layout, claims in found:
         unique.setdefault(layout, claims)

@@ -29,6 +29,7 @@ from layerfit.fleet.executors import run_tasks
 from layerfit.fleet.sequential import heuristic_layout, plan_sequential
 
 SEED_STAGE = "the one-at-a-time seed"
+PLANNER_STAGE = "the single-deployment planner's layouts (its time limit, PlannerConfig.time_limit_s)"
 
 
 def fleet_candidates(
@@ -41,7 +42,8 @@ def fleet_candidates(
     """Every deployment's candidates, one task per group of identical deployments; and the
     deployments whose candidates were cut short by ``budget`` (no more multi-GPU or planner layouts
     looked for). Each group gets a part of the budget in proportion to what it may need, so that
-    the cut is the same on every executor and under any load; the wall clock is a safety stop."""
+    the cut is the same on every executor and under any load; the wall clock is a safety stop, and
+    so is the single-deployment planner's own time limit (``PLANNER_STAGE`` when it cut a search)."""
     current_layouts: dict[str, list[Layout]] = defaultdict(list)
     for placement in fleet.current:
         current_layouts[placement.deployment].append(placement.layout)
@@ -71,6 +73,8 @@ def fleet_candidates(
         cut += [fleet.deployments[d].name for d in group] if allowance.cut or allowance.stopped else []
         if allowance.stopped and budget is not None:
             budget.safety_stop("candidate generation")
+        if allowance.planner_cut and budget is not None:
+            budget.safety_stop(PLANNER_STAGE)
     if budget is not None:
         budget.spend(min(budget.left(), sum(demands)))
     return found, cut

@@ -24,6 +24,7 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Plan
 from layerfit.domain.profile import MemoryProfile
 from layerfit.experts import engine_blocks, experts_are_a_decision, first_expert_blocks, profile_with_host_experts
+from layerfit.heuristics.budget import DEADLINE
 from layerfit.heuristics.selector import plan
 
 
@@ -63,13 +64,22 @@ def plan_with_experts(
     if _gpu_layers(everything[0]) >= wanted:
         return _fewest(attempt, len(profile.expert_blocks), everything, wanted, deadline)
     # host RAM may be what --cpu-moe overflows: fewer experts on the host may still fit
+    fallback = everything if _gpu_layers(everything[0]) > _gpu_layers(base[0]) else base
     for count in range(1, len(profile.expert_blocks)):
         if deadline is not None and deadline.expired():
-            break
+            return _cut(fallback)
         found = attempt(count)
         if _gpu_layers(found[0]) >= wanted:
             return found
-    return everything if _gpu_layers(everything[0]) > _gpu_layers(base[0]) else base
+    return fallback
+
+
+def _cut(found: tuple[Plan, tuple[int, ...]]) -> tuple[Plan, tuple[int, ...]]:
+    """The plan of a search over expert counts its deadline stopped: its stats say ``truncated``
+    (another run may have tried more counts)."""
+    result, blocks = found
+    stats = tuple(s.model_copy(update={"details": {**s.details, "truncated": DEADLINE}}) for s in result.stats)
+    return result.model_copy(update={"stats": stats}), blocks
 
 
 def _fewest(
@@ -80,9 +90,11 @@ def _fewest(
     deadline: Deadline | None,
 ) -> tuple[Plan, tuple[int, ...]]:
     """Bisection for the fewest expert blocks on the host that still give ``wanted`` GPU layers
-    (0 is known to miss, ``fits`` to fit)."""
+    (0 is known to miss, ``fits`` to fit); stopped by ``deadline``, the best so far, ``truncated``."""
     misses = 0
-    while fits - misses > 1 and not (deadline is not None and deadline.expired()):
+    while fits - misses > 1:
+        if deadline is not None and deadline.expired():
+            return _cut(best)
         middle = (fits + misses) // 2
         found = attempt(middle)
         if _gpu_layers(found[0]) >= wanted:

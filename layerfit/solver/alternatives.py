@@ -143,12 +143,10 @@ def _alternatives(
     while len(found) < config.alternatives:
         time_left = min(clock.remaining(), budget_end - clock.elapsed())
         if time_left <= 0:
-            trace.truncated = "alternatives"
+            trace.cut("alternative")
             break
         built.model.proto.clear_solution_hint()
-        result = trace.record("alternative", run(built, config, time_left, measure))
-        if not result.proven:
-            trace.truncated = "alternatives"  # the time limit cut this solve: the set may differ next time
+        result = trace.record("alternative", run(built, config, time_left, measure))  # cut: the set may differ
         if not result.found:
             break
         layout = result.layout(built)

@@ -116,7 +116,8 @@ def solve_with_experts(
     tiers = expert_tiers(built)
     hinted: tuple[int, ...] = ()
     if hint is not None:
-        trace.hint, hinted = complete_hint(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+        how, hinted = complete_hint(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+        trace.hinted(how)
     if incumbent is not None:
         built.model.add(tiers.combined >= tiers.of(expert_tier_key(profile, incumbent.layout)))
     built.model.maximize(tiers.combined)

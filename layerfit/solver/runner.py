@@ -21,6 +21,8 @@ from layerfit.solver.variables import Expr
 
 HINT_TIME_FRACTION = 0.1
 """Share of the remaining time a hint completion may use."""
+INCOMPLETE = "incomplete"
+"""A hint completion its time limit cut short (``complete_hint``)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class Run:
     objective: float
     bound: float
     wall_time_s: float
+    cut: bool = False
+    """Its time limit ended the solve before a proof (or before it began): another run may differ."""
 
     @property
     def found(self) -> bool:
@@ -55,7 +59,7 @@ class Run:
         return decode(built.instance, built.variables, lambda var: self.solution[var.index])
 
 
-NOT_RUN = Run(status=cp_model.UNKNOWN, solution=(), objective=0.0, bound=0.0, wall_time_s=0.0)
+NOT_RUN = Run(status=cp_model.UNKNOWN, solution=(), objective=0.0, bound=0.0, wall_time_s=0.0, cut=True)
 
 
 def solver_for(config: PlannerConfig, time_limit_s: float, *, linearization: int = 2) -> cp_model.CpSolver:
@@ -108,6 +112,7 @@ def run(
         objective=response.objective_value if found else 0.0,
         bound=response.best_objective_bound,
         wall_time_s=response.wall_time,
+        cut=status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE),  # only the time limit ends a solve unproven
     )
 
 
@@ -145,7 +150,7 @@ def complete_hint(
     """Hint every variable from a layout: fix its decisions in a copy, solve, copy every value.
 
     Returns how it went: ``accepted``, ``outside-model`` (a GPU or role the model has no room
-    for), ``rejected`` (the model proves the layout invalid) or ``incomplete`` (no time); and, when
+    for), ``rejected`` (the model proves the layout invalid) or ``INCOMPLETE`` (no time); and, when
     accepted, the value of every variable (a solution of the model without its objective).
     """
     canonical = canonical_layout(built.instance, layout) if built.symmetry_broken else layout
@@ -159,7 +164,7 @@ def complete_hint(
     solver = solver_for(config, max(time_limit_s, 0.01))
     status = solver.solve(trial)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return ("rejected" if status == cp_model.INFEASIBLE else "incomplete"), ()
+        return ("rejected" if status == cp_model.INFEASIBLE else INCOMPLETE), ()
     solution = tuple(solver.response_proto.solution)
     set_full_hint(built.model, solution)
     return "accepted", solution

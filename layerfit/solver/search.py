@@ -255,7 +255,7 @@ def _general_search(
     built = build_model(prune_dominated(instance))
     hinted = False
     if hint is not None:
-        trace.hint = hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+        trace.hinted(hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION))
         hinted = trace.hint == "accepted"
     tiers = strict_tiers(built.instance, built.variables)
     if incumbent is not None:

@@ -27,7 +27,7 @@ from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, strict_value, tie_break
 from layerfit.solver.progress import Measure, tie_break_measure
 from layerfit.solver.prune import prune_dominated
-from layerfit.solver.runner import HINT_TIME_FRACTION, Run, complete_hint, run
+from layerfit.solver.runner import HINT_TIME_FRACTION, INCOMPLETE, Run, complete_hint, run
 from layerfit.solver.tie_break_stage import tie_break_stage, tie_break_value
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, stage_name
 from layerfit.solver.variables import Expr
@@ -120,6 +120,8 @@ def multi_worker_step(
         trace.witness, better = witness_solution(
             built, workers, range(fewest, most + 1), valid, config, time_limit, layers=ceiling
         )
+        if trace.witness.endswith(f":{INCOMPLETE}"):
+            trace.cut("witness")
         solution = better or solution
     hinted = bool(solution)
     if hinted and _value(solution, tiers.gpus) == fewest:
@@ -179,7 +181,8 @@ def _hint_if(
     layers, workers, gpus = tiers
     if hint.gpu_layers != layers or len(hint.workers) != workers or gpus not in (None, len(hint.devices)):
         return ()
-    trace.hint, solution = complete_hint(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+    how, solution = complete_hint(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+    trace.hinted(how)
     return solution
 
 

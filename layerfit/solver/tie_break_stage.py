@@ -27,7 +27,7 @@ from layerfit.solver.objective import strict_tiers, tie_break
 from layerfit.solver.ordered_reserve import rebalanced
 from layerfit.solver.progress import tie_break_measure
 from layerfit.solver.reassign import device_needs, reassigned
-from layerfit.solver.runner import Run, complete_hint, hint_decisions, run
+from layerfit.solver.runner import INCOMPLETE, Run, complete_hint, hint_decisions, run
 from layerfit.solver.tie_break_bound import (
     TIE_BREAK_BOUND_MET,
     applies,
@@ -96,7 +96,7 @@ def tie_break_stage(
     if outcome.workers == 1 and gpus > 0:
         mains = single_worker_mains(candidates, gpus, outcome.layers)
     instance = candidates.restricted(rpc_slots=gpus if outcome.workers > 1 else 0, local_slots=gpus, mains=mains)
-    known = _known(instance, outcome, config, clock, hint, bound=shortcuts)
+    known = _known(instance, outcome, config, clock, trace, hint, bound=shortcuts)
     if shortcuts and gpus > 0 and (known.met or too_large(instance)):
         name = TIE_BREAK_BOUND_MET if known.met else TIE_BREAK_NOT_SEARCHED
         trace.shortcuts.append(name)
@@ -138,6 +138,7 @@ def _known(
     outcome: SearchOutcome,
     config: PlannerConfig,
     clock: Clock,
+    trace: Trace,
     hint: Layout | None,
     *,
     bound: bool,
@@ -153,13 +154,13 @@ def _known(
         return best  # no GPU: the tie-break is the main worker's RAM, left to the search
     layout = outcome.best.layout(built)
     if hint is not None and hint != layout and _strict(hint) == (outcome.layers, outcome.workers, outcome.gpus):
-        best = _better(instance, best, hint, config, clock)
+        best = _better(instance, best, hint, config, clock, trace)
     layout = best.layout
     moved = reassigned(instance, layout, device_needs(best.built, best.solution))
     if instance.policy is Policy.SPREAD and instance.rules.tensor_split is None and instance.experts is None:
         moved = rebalanced(instance, moved) or moved
     if moved != layout:
-        best = _better(instance, best, moved, config, clock)
+        best = _better(instance, best, moved, config, clock, trace)
     if not bound or not applies(instance, outcome.layers):
         return best
     if instance.policy is Policy.BINPACK:
@@ -167,7 +168,7 @@ def _known(
     found = spread_bound(instance, outcome.gpus, outcome.workers, known=-best.value)
     if found.witness is not None and found.headroom is not None and -best.value < found.headroom:
         placed = rebalanced(instance, found.witness)
-        best = best if placed is None else _better(instance, best, placed, config, clock)
+        best = best if placed is None else _better(instance, best, placed, config, clock, trace)
     return replace(best, bound=None if found.headroom is None else -found.headroom)
 
 
@@ -176,10 +177,12 @@ def _strict(layout: Layout) -> tuple[int, int, int]:
     return layout.gpu_layers, len(layout.workers), len(layout.devices)
 
 
-def _better(instance: Instance, best: _Known, layout: Layout, config: PlannerConfig, clock: Clock) -> _Known:
+def _better(
+    instance: Instance, best: _Known, layout: Layout, config: PlannerConfig, clock: Clock, trace: Trace
+) -> _Known:
     """``layout`` when the model of its own workers holds it and it beats ``best``, else ``best``."""
     own = _own_workers(instance, layout)
-    found = _solution(own, layout, config, clock)
+    found = _solution(own, layout, config, clock, trace)
     if found is not None and (value := tie_break_value(own, found)) < best.value:
         return _Known(own, found, value, None)
     return best
@@ -209,9 +212,11 @@ def tie_break_value(built: BuiltModel, found: Run) -> int:
     return value if instance.policy is Policy.BINPACK else -value
 
 
-def _solution(built: BuiltModel, layout: Layout, config: PlannerConfig, clock: Clock) -> Run | None:
+def _solution(built: BuiltModel, layout: Layout, config: PlannerConfig, clock: Clock, trace: Trace) -> Run | None:
     """``layout`` as a complete solution of ``built`` (its decisions fixed), when the model holds it."""
     how, solution = complete_hint(built, layout, config, min(DIRECT_HINT_TIME_S, clock.remaining()))
+    if how == INCOMPLETE:
+        trace.cut("known-layout")
     if how != "accepted":
         return None
     return Run(cp_model.FEASIBLE, solution, 0.0, 0.0, 0.0)

@@ -14,7 +14,7 @@ from layerfit.solver.candidates import Incumbent
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_value
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import Run
+from layerfit.solver.runner import INCOMPLETE, Run
 
 ENGINE = "cp-sat"
 
@@ -45,9 +45,10 @@ class Trace:
     steps: list[str] = field(default_factory=list)
     hint: str = "none"
     solves: int = 0
-    truncated: str = ""
-    """``alternatives`` when the time limit cut the search for alternatives (their number is a
-    count otherwise, so the same input gives the same set)."""
+    cuts: list[str] = field(default_factory=list)
+    """The steps a time limit cut short: a CP-SAT solve ended without a proof, a hint left
+    incomplete, the alternatives' share spent (``truncated`` in the stats). Empty: every step
+    finished, and the same input gives the same answer on every run."""
     proof: str = "none"
     """What proves the strict tiers: ``cp-sat``, a named shortcut, or ``none``."""
     shortcuts: list[str] = field(default_factory=list)
@@ -62,7 +63,22 @@ class Trace:
     def record(self, step: str, result: Run) -> Run:
         self.steps.append(f"{step}:{result.status.name}:{result.wall_time_s * 1000:.0f}ms")
         self.solves += 1
+        if result.cut:
+            self.cut(step)
         return result
+
+    def cut(self, step: str) -> None:
+        """A time limit cut ``step`` short."""
+        if step not in self.cuts:
+            self.cuts.append(step)
+
+    def hinted(self, how: str) -> str:
+        """How the heuristic's layout hinted a model (``runner.complete_hint``); left incomplete by
+        its time limit, it is a cut."""
+        self.hint = how
+        if how == INCOMPLETE:
+            self.cut("hint")
+        return how
 
 
 @dataclass(frozen=True)
@@ -145,7 +161,7 @@ def solve_result(
         "rpc_slots": instance.rpc_slots,
         "local_slots": instance.local_slots,
         "alternatives": len(alternatives),
-        "truncated": trace.truncated,
+        "truncated": ",".join(trace.cuts),
     }
     stats = EngineStats(
         engine=ENGINE, wall_time_s=wall, status=status, objective=objective, bound=bound, details=details
