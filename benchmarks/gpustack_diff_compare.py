@@ -111,12 +111,28 @@ def documented(case: Scenario, theirs: Outcome, ours: Outcome, kinds: list[str])
         return "partial-every-candidate"
     if kinds == ["layers-more"] and ours.candidates and not ours.candidates[0].rpc and len(ours.candidates[0].gpus) > 2:
         return "partial-every-candidate"  # GPUStack stops at a GPU count that adds no layers
+    if _more_gpus_at_gpu_layers(case, ours, kinds):
+        return "partial-every-candidate"  # with -ngl GPUStack tries one GPU count, and it found nothing
     if "distributed" in case.tags and (
         set(kinds) & {"found-only-layerfit", "layers-more"}
         or (only_ours and all(c.rpc for c in only_ours) and not any(c.rpc for c in theirs.candidates))
     ):
         return "distributed-main-ram"  # GPUStack's main worker (most VRAM) is short of RAM
     return "unexplained"
+
+
+def _more_gpus_at_gpu_layers(case: Scenario, ours: Outcome, kinds: list[str]) -> bool:
+    """Only layerfit places a partial ``-ngl``, every candidate on more than two GPUs of one worker:
+    with ``-ngl`` GPUStack's multi-GPU partial search ends after the first GPU count whose GPUs
+    could hold the layers, whether that count found a candidate or not (seed 12 #25: four GPUs
+    tried, five needed)."""
+    total = case.profile.n_blocks + 1
+    return (
+        "ngl-some" in case.tags
+        and "found-only-layerfit" in kinds
+        and set(kinds) <= {"found-only-layerfit", "messages"}
+        and all(c.layers < total and not c.rpc and len(c.gpus) > 2 for c in ours.candidates)
+    )
 
 
 def describe(case: Scenario, theirs: Outcome, ours: Outcome) -> str:

@@ -382,3 +382,41 @@ def test_messages_match_gpustacks_without_any_gpu(
     ours = LayerfitGGUFSelector(model, [], None, resource_view=ResourceView([]), profile=profile, config=config)
     assert asyncio.run(ours.select_candidates([_cpu_worker(*spec) for spec in pool])) == []
     assert ours.get_messages() == theirs.get_messages()
+
+
+def test_differential_labels_gpustacks_one_gpu_count_at_gpu_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # -ngl 9 over one worker's four 6 GiB GPUs, gguf-parser's table (output layer offloaded last,
+    # so 9 blocks of 1 GiB, 2 GiB fixed per GPU). With -ngl GPUStack tries one GPU count, the fewest
+    # whose VRAM adds up to the one-GPU claim (2 + 9 = 11 GiB: two GPUs, 12): split 5 + 4 blocks,
+    # 7 GiB on the first, too much; it stops there and finds nothing. layerfit goes on to three
+    # GPUs (3 blocks each, 5 GiB). A documented difference (partial-every-candidate); the
+    # differential called it unexplained when only layerfit found something (seed 12 #25).
+    from gpustack.policies.candidate_selectors import gguf_resource_fit_selector as gguf_module
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "benchmarks"))
+    monkeypatch.setattr(gguf_module, "calculate_gguf_model_resource_claim", None)  # restored after the test
+    from gpustack_diff_compare import compare, documented
+    from gpustack_diff_scenarios import Scenario
+    from gpustack_diff_sides import run_gpustack, run_layerfit
+
+    profile = MemoryProfile.uniform(
+        10, 9 * GiB // 10, GiB // 10, output_weight_bytes=GiB // 2, gpu_fixed_bytes=2 * GiB, host_fixed_bytes=GiB
+    )
+    worker = {"id": 1, "name": "w", "ram": 64 * GiB, "gpus": [6 * GiB] * 4, "type": "cuda", "unified": False}
+    model = {
+        "name": "m",
+        "backend_parameters": ["-ngl", "9"],
+        "cpu_offloading": True,
+        "distributed_inference_across_workers": False,
+        "placement_strategy": "binpack",
+    }
+    tags = ["gpu-worker", "ngl-some", "single-worker", "cpu-offload"]
+    case = Scenario(0, [{**worker, "reserved": (0, 0)}], [], model, "uniform", profile, tags)
+    theirs, ours = run_gpustack(case), run_layerfit(case)
+    assert theirs.candidates == [] and "to offload 9 layers" in theirs.messages[0]
+    assert {(c.main, c.gpus, c.layers) for c in ours.candidates} == {
+        ("w", gpus, 9) for gpus in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3))
+    }
+    kinds = compare(case, theirs, ours)
+    assert kinds == ["found-only-layerfit", "messages"]
+    assert documented(case, theirs, ours, kinds) == "partial-every-candidate"

@@ -21,7 +21,8 @@ Fixed on purpose:
 * a user ``--tensor-split`` goes through llama.cpp's split rule (GPUStack adds its shares up as
   if they were bytes, so a user split never fits);
 * multi-GPU partial offload does not stop at a GPU count that found nothing (GPUStack's stop
-  means that with ``--gpu-layers`` it never tries more than two GPUs);
+  means that with ``--gpu-layers`` it tries one GPU count: the fewest GPUs whose VRAM adds up to
+  the layers' one-GPU claim);
 * single-GPU partial offload returns every GPU reaching the most layers, not one per worker;
 * a manual selection is never left: a ``--tensor-split`` maps onto the selected GPUs instead of
   overriding the selection (``layerfit.selection``);

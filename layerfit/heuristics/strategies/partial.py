@@ -8,8 +8,8 @@ finds the most layers (a unified-memory worker's single pool need not be monoton
 scanned); split over several GPUs each device's share moves with the count, so counts are
 scanned down from the most the GPUs' total VRAM could hold. Several GPUs: GPU counts grow from
 two until a count no longer adds layers. GPUStack also stops at a count that found nothing,
-which with ``--gpu-layers`` means it never tries more than two GPUs; here such a count does not
-end the search.
+which with ``--gpu-layers`` means it tries one count (the fewest GPUs whose VRAM adds up to the
+layers' one-GPU claim; counts below it are skipped); here such a count does not end the search.
 """
 
 from __future__ import annotations
