@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.domain.params import LlamaParams
@@ -55,6 +56,47 @@ _PORTABLE_ESCAPES = set("dDwWsSbBntrfv")
 def expert_block_pattern(block: int) -> str:
     """What ``--n-cpu-moe`` appends for one block: ``blk\\.3\\.ffn_(...)_(ch|)exps``."""
     return rf"blk\.{block}{EXPERTS_PATTERN}"
+
+
+_EXPERT_NAMES = tuple(f".ffn_{kind}_{ch}exps" for kind in ("up", "down", "gate", "gate_up") for ch in ("", "ch"))
+"""The strings ``EXPERTS_PATTERN`` matches (it has no repeats: exactly these eight)."""
+_BLOCK = "blk."
+
+
+class ExpertMatch(NamedTuple):
+    """What ``--cpu-moe``'s and ``--n-cpu-moe``'s patterns find in one tensor name."""
+
+    experts: bool
+    """``EXPERTS_PATTERN`` matches (``--cpu-moe``)."""
+    block: int | None
+    """The lowest ``i`` whose ``expert_block_pattern(i)`` matches (``--n-cpu-moe`` above ``i``)."""
+
+
+def match_expert_name(name: str) -> ExpertMatch:
+    """``re.search`` of ``EXPERTS_PATTERN`` and of every ``expert_block_pattern(i)`` in ``name``, read
+    off the name once: each ``.ffn_`` that starts one of ``_EXPERT_NAMES``, and the block number that
+    ends just before it, written as ``str(i)`` writes it (no sign, no leading zero) after ``blk.``."""
+    experts, lowest = False, None
+    at = name.find(".ffn_")
+    while at >= 0:
+        if name.startswith(_EXPERT_NAMES, at):
+            experts = True
+            block = _block_before(name, at)
+            if block is not None and (lowest is None or block < lowest):
+                lowest = block
+        at = name.find(".ffn_", at + 1)
+    return ExpertMatch(experts, lowest)
+
+
+def _block_before(name: str, end: int) -> int | None:
+    """``i`` when ``name[:end]`` ends with ``blk.`` + ``str(i)``."""
+    start = end
+    while start > 0 and "0" <= name[start - 1] <= "9":
+        start -= 1
+    digits = name[start:end]
+    if not digits or start < len(_BLOCK) or not name.startswith(_BLOCK, start - len(_BLOCK)):
+        return None
+    return int(digits) if digits == "0" or digits[0] != "0" else None
 
 
 class ExpertFlags(Frozen):

@@ -15,6 +15,10 @@ ECMAScript's, where ``(\\w|\\d)+$`` is exponential. Patterns whose bound passes
 ``MAX_SEARCH_PATHS`` are refused; every pattern in llama.cpp's documentation and presets is far
 below it or at it (``\\.ffn_(up|down|gate)_exps`` 192 paths over the 64 start positions,
 ``blk\\.(1[0-9]|2[0-9])\\.ffn_.*`` 8,192, ``.*ffn_.*exps.*`` 16,777,216).
+
+A model's tensors are searched by each pattern's ``search_core``, which finds a match exactly where
+the pattern does, and ``search_paths`` at the model's longest name bounds each search
+(``layerfit.estimators.overrides`` sums them over the tensors).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class _Shape(NamedTuple):
 
     ways: int
     width: int | None
+    free: bool = False
+    """It matches the empty string wherever it is tried (``x*``, ``(...)?``)."""
 
 
 def size_problem(pattern: str) -> str | None:
@@ -56,10 +62,29 @@ def size_problem(pattern: str) -> str | None:
     return None
 
 
-def search_paths(pattern: str) -> int:
-    """An upper bound on the backtracking paths of one search of a ``LONGEST_TENSOR_NAME``-byte name
-    (saturated above ``MAX_SEARCH_PATHS``); ``pattern`` must compile and pass ``size_problem``."""
-    return _product(LONGEST_TENSOR_NAME + 1, _Reader(pattern).alternation().ways)
+def search_paths(pattern: str, length: int = LONGEST_TENSOR_NAME) -> int:
+    """An upper bound on the backtracking paths of one search of a name of at most ``length`` bytes
+    (saturated above ``MAX_SEARCH_PATHS``), growing with ``length``; ``pattern`` must compile and
+    pass ``size_problem``."""
+    return _product(length + 1, _Reader(pattern, length).alternation().ways)
+
+
+def search_core(pattern: str) -> str:
+    """The part of ``pattern`` that decides whether a search finds a match: each top-level
+    alternative without its leading and trailing items that match the empty string anywhere
+    (``x*``, ``(...)?``), which a search can always match empty. ``.*ffn_.*exps.*`` finds a match
+    exactly where ``ffn_.*exps`` does, and ``.*.*.*x`` where ``x`` does; ``""`` (an alternative
+    with nothing left) matches every name. Searching the core instead gives the same verdict,
+    in fewer steps. ``pattern`` must compile and pass ``size_problem``."""
+    reader = _Reader(pattern, LONGEST_TENSOR_NAME)
+    reader.alternation()
+    cores = []
+    for items in reader.top_items:
+        kept = [(start, end) for start, end, free in items if not free]
+        if not kept:
+            return ""
+        cores.append(pattern[kept[0][0] : kept[-1][1]])
+    return "|".join(cores)
 
 
 def cost_problem(pattern: str) -> str | None:
@@ -111,9 +136,13 @@ def _product(a: int, b: int) -> int:
 class _Reader:
     """A recursive-descent reading of a portable pattern (``expert_flags``' subset), into shapes."""
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, length: int) -> None:
         self.text = pattern
+        self.length = length
         self.pos = 0
+        self.depth = 0
+        self.top_items: list[list[tuple[int, int, bool]]] = []
+        """Per top-level alternative, each item's span in the pattern and whether it is free."""
 
     def _at(self, chars: str) -> bool:
         return self.pos < len(self.text) and self.text[self.pos] in chars
@@ -124,16 +153,24 @@ class _Reader:
             self.pos += 1
             shapes.append(self._sequence())
         widths = {shape.width for shape in shapes}
-        return _Shape(min(sum(shape.ways for shape in shapes), _SATURATED), widths.pop() if len(widths) == 1 else None)
+        ways = min(sum(shape.ways for shape in shapes), _SATURATED)
+        return _Shape(ways, widths.pop() if len(widths) == 1 else None, any(shape.free for shape in shapes))
 
     def _sequence(self) -> _Shape:
         ways = 1
         width: int | None = 0
+        free = True
+        items = []
         while self.pos < len(self.text) and not self._at("|)"):
+            start = self.pos
             shape = self._quantified(self._atom())
+            items.append((start, self.pos, shape.free))
             ways = _product(ways, shape.ways)
             width = None if width is None or shape.width is None else width + shape.width
-        return _Shape(ways, width)
+            free = free and shape.free
+        if self.depth == 0:
+            self.top_items.append(items)
+        return _Shape(ways, width, free)
 
     def _atom(self) -> _Shape:
         char = self.text[self.pos]
@@ -142,9 +179,11 @@ class _Reader:
             lookaround = self.text.startswith(("?=", "?!"), self.pos)
             if self._at("?"):
                 self.pos += 2
+            self.depth += 1
             inner = self.alternation()
+            self.depth -= 1
             self.pos += 1  # the closing parenthesis
-            return _Shape(inner.ways, 0) if lookaround else inner
+            return _Shape(inner.ways, 0) if lookaround else inner  # a lookaround can fail: not free
         if char == "[":
             self._skip_class()
             return _Shape(1, 1)
@@ -174,14 +213,19 @@ class _Reader:
             return shape
         if self._at("?"):
             self.pos += 1  # lazy: the same paths in another order
-        return _repeat(least, most, shape)
+        return _repeat(least, most, shape, self.length)
 
 
-def _repeat(least: int, most: int | None, body: _Shape) -> _Shape:
+def _repeat(least: int, most: int | None, body: _Shape, length: int) -> _Shape:
+    shape = _repeat_ways(least, most, body, length)
+    return shape._replace(free=least == 0 or body.free)
+
+
+def _repeat_ways(least: int, most: int | None, body: _Shape, length: int) -> _Shape:
     if body.width == 0:
         return _Shape(body.ways, 0)  # an iteration that matches nothing ends the loop in both engines
     if body.ways == 1 and body.width is not None:
-        limit = LONGEST_TENSOR_NAME // body.width
+        limit = length // body.width
         most = limit if most is None else min(most, limit)
         if least > most:
             return _Shape(1, None)  # longer than any name: fails at once

@@ -5,16 +5,40 @@ wins, see ``layerfit.domain.expert_flags``). A matched tensor of block ``i`` sta
 the rest of the block goes where the layout puts it: its bytes become the block's host part
 (``MemoryProfile.block_expert_bytes``) and the block joins ``fixed_host_experts``. Input tensors
 (token embedding) are on the host anyway; output-layer tensors moved to the host are not modelled.
+
+The work is bounded whatever the file holds (up to ``MAX_TENSORS`` names): ``--cpu-moe`` and
+``--n-cpu-moe``'s patterns are read off each name once (``match_expert_name``), and the ``-ot``
+searches must fit ``SEARCH_BUDGET``.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
-from layerfit.domain.expert_flags import CPU_MOE_FLAGS, N_CPU_MOE_FLAGS, ExpertFlags, compile_pattern
+from layerfit.domain.expert_flags import (
+    CPU_MOE_FLAGS,
+    EXPERTS_PATTERN,
+    N_CPU_MOE_FLAGS,
+    OVERRIDE_FLAGS,
+    ExpertFlags,
+    compile_pattern,
+    expert_block_pattern,
+    match_expert_name,
+)
+from layerfit.domain.pattern_cost import search_core, search_paths
 from layerfit.errors import InputError
 from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
 from layerfit.estimators.shape import ModelShape
+
+SEARCH_CALL_PATHS = 20
+"""What one ``re.search`` call costs besides its backtracking, counted in paths (a call takes
+~0.4 us, a path up to ~20 ns: ``benchmarks/override_patterns.py --tensors``)."""
+SEARCH_BUDGET = 50_000_000
+"""Most paths the ``-ot`` searches of one estimate may take: the model's tensors times, per
+pattern, ``SEARCH_CALL_PATHS`` plus the paths of its search core on the longest name. About a second
+at the slowest measured rate; a real model with llama.cpp's documented patterns uses under 2 %."""
 
 
 class HostOverrides(NamedTuple):
@@ -30,33 +54,90 @@ class HostOverrides(NamedTuple):
         return tuple(block for block, size in enumerate(self.block_bytes) if size)
 
 
+class _Hit(NamedTuple):
+    """The override that decides a tensor: its flag, its pattern, its place among those that warn."""
+
+    flag: str
+    text: str
+    warns: int | None
+
+
 def resolve(shape: ModelShape, flags: ExpertFlags) -> HostOverrides:
     """Where the overrides send each tensor of the model; ``InputError`` naming the flag when the
-    flags do not fit the model."""
+    flags do not fit the model or the ``-ot`` searches would take too long."""
     if (flags.cpu_moe or flags.n_cpu_moe is not None) and not any(shape.block_expert_bytes):
         flag = CPU_MOE_FLAGS[1] if flags.cpu_moe else N_CPU_MOE_FLAGS[1]
         raise InputError(flag, f"{shape.path} is a dense model: it has no expert tensors (ffn_*_exps)")
     if flags.n_cpu_moe is not None and flags.n_cpu_moe > shape.block_count:
         raise InputError(N_CPU_MOE_FLAGS[1], f"{flags.n_cpu_moe} exceeds the model's {shape.block_count} blocks")
-    patterns = [(flag, text, compile_pattern(flag, text)) for flag, text in flags.patterns()]
-    matched = [False] * len(patterns)
+    searches = search_cores([name for name, _ in shape.tensor_sizes], flags.override_tensor, shape.path)
+    given = [(OVERRIDE_FLAGS[1], text) for text in flags.override_tensor]
+    given += [(CPU_MOE_FLAGS[1], EXPERTS_PATTERN)] if flags.cpu_moe else []
+    matched = [False] * len(given)  # --n-cpu-moe's patterns do not warn
     host = [0] * shape.block_count
     kept: list[str] = []
     for name, size in shape.tensor_sizes:
-        hit = next((k for k, (_, _, pattern) in enumerate(patterns) if pattern.search(name)), None)
+        hit = _first_hit(name, searches, flags)
         if hit is None:
             continue
-        matched[hit] = True
+        if hit.warns is not None:
+            matched[hit.warns] = True
         block = BLOCK_PREFIX.match(name)
         if block is not None and int(block[1]) < shape.block_count:
             host[int(block[1])] += size
             kept.append(name)
         elif name.startswith(OUTPUT_PREFIXES):
-            flag, text, _ = patterns[hit]
-            raise InputError(flag, f"{text!r} keeps output tensor {name} on the host: not modelled")
+            raise InputError(hit.flag, f"{hit.text!r} keeps output tensor {name} on the host: not modelled")
     warnings = tuple(
         f"{flag} pattern {text!r} matches no tensor of {shape.path}"
-        for (flag, text, _), hit in zip(patterns, matched, strict=True)
-        if not hit and flag not in N_CPU_MOE_FLAGS
+        for (flag, text), hit in zip(given, matched, strict=True)
+        if not hit
     )
     return HostOverrides(block_bytes=tuple(host), warnings=warnings, tensors=tuple(kept))
+
+
+def search_cores(names: Sequence[str], patterns: Sequence[str], path: str) -> list[re.Pattern[str]]:
+    """The ``-ot`` patterns' search cores, compiled (``pattern_cost.search_core``: the same verdict
+    in fewer steps); ``InputError`` when testing every name against them exceeds ``SEARCH_BUDGET``."""
+    floor = len(names) * len(patterns) * SEARCH_CALL_PATHS
+    if floor > SEARCH_BUDGET:  # refused before reading the patterns
+        raise InputError(OVERRIDE_FLAGS[0], _over_budget(len(names), patterns, path, floor))
+    for text in patterns:
+        compile_pattern(OVERRIDE_FLAGS[0], text)
+    cores = [search_core(text) for text in patterns]
+    paths = search_cost(names, cores)
+    if paths > SEARCH_BUDGET:
+        raise InputError(OVERRIDE_FLAGS[0], _over_budget(len(names), patterns, path, paths))
+    return [re.compile(core, re.ASCII) for core in cores]
+
+
+def search_cost(names: Sequence[str], cores: Sequence[str]) -> int:
+    """What ``SEARCH_BUDGET`` counts: per name and per core, ``SEARCH_CALL_PATHS`` and the core's
+    backtracking paths on a name as long as the longest."""
+    longest = max(map(len, names), default=0)
+    return len(names) * sum(SEARCH_CALL_PATHS + search_paths(core, longest) for core in cores)
+
+
+def _over_budget(tensors: int, patterns: Sequence[str], path: str, paths: int) -> str:
+    count = f"{len(patterns)} patterns" if len(patterns) > 1 else f"pattern {patterns[0]!r}"
+    return (
+        f"{count} tested against each of the {tensors:,} tensors of {path} may take {paths:,} "
+        f"backtracking paths, beyond layerfit's budget of {SEARCH_BUDGET:,} (about a second): use fewer "
+        "or simpler patterns (one alternation such as blk\\.(1|2|3)\\.ffn_.*_exps instead of one pattern "
+        "per block)"
+    )
+
+
+def _first_hit(name: str, searches: list[re.Pattern[str]], flags: ExpertFlags) -> _Hit | None:
+    """The first override that matches ``name``, in llama.cpp's order (``ExpertFlags.patterns``)."""
+    for index, search in enumerate(searches):
+        if search.search(name):
+            return _Hit(OVERRIDE_FLAGS[1], flags.override_tensor[index], index)
+    if not flags.cpu_moe and not flags.n_cpu_moe:
+        return None
+    found = match_expert_name(name)
+    if flags.cpu_moe and found.experts:
+        return _Hit(CPU_MOE_FLAGS[1], EXPERTS_PATTERN, len(searches))
+    if found.block is not None and found.block < (flags.n_cpu_moe or 0):
+        return _Hit(N_CPU_MOE_FLAGS[1], expert_block_pattern(found.block), None)
+    return None

@@ -1,0 +1,158 @@
+"""Tensor overrides over a whole model are bounded: --cpu-moe / --n-cpu-moe read off each name
+once, -ot searched by its core within a work budget (timings: benchmarks/override_budget.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fixtures_gguf import tiny_spec
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from layerfit.domain import LlamaParams
+from layerfit.domain.expert_flags import EXPERTS_PATTERN, ExpertFlags, expert_block_pattern, match_expert_name
+from layerfit.domain.pattern_cost import search_core, search_paths
+from layerfit.errors import InputError
+from layerfit.estimators import estimate_profile
+from layerfit.estimators.header_access import BLOCK_PREFIX
+from layerfit.estimators.overrides import SEARCH_BUDGET, resolve, search_cost
+from layerfit.estimators.shape import read_gguf
+from layerfit.estimators.synthetic import write_gguf
+from layerfit.estimators.synthetic_catalogue import REAL_MODELS
+from layerfit.estimators.synthetic_spec import F32, TensorSpec, tensor_table
+
+MOE = {"architecture": "qwen3moe", "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 8}
+PIECES = ["blk.", "blk", "lk.", ".", "0", "1", "3", "9", "10", "01", "007", "512", ".ffn_", "ffn_", "up", "down"]
+PIECES += ["gate", "gate_up", "_", "ch", "exps", "exp", "s", ".weight", "x", "\u0663", "\n"]
+REAL_SUFFIXES = sorted({BLOCK_PREFIX.sub("", t.name) for spec in REAL_MODELS.values() for t in tensor_table(spec)})
+
+
+def regex_verdict(name: str) -> tuple[bool, int | None]:
+    """What llama.cpp's own regexes say: --cpu-moe's match, and the lowest --n-cpu-moe block's."""
+    runs = re.findall("[0-9]+", name)
+    candidates = {int(run[a:b]) for run in runs for a in range(len(run)) for b in range(a + 1, len(run) + 1)}
+    blocks = [i for i in sorted(candidates) if re.search(expert_block_pattern(i), name)]
+    return bool(re.search(EXPERTS_PATTERN, name)), (blocks[0] if blocks else None)
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=16).map("".join) | st.text(max_size=30))
+def test_expert_names_are_read_as_the_regexes_read_them(name: str) -> None:
+    assert tuple(match_expert_name(name)) == regex_verdict(name)
+
+
+@given(st.integers(0, 600), st.sampled_from(REAL_SUFFIXES), st.sampled_from(["", "x", "blk.7", "a.blk.2"]))
+def test_real_looking_expert_names_too(block: int, suffix: str, prefix: str) -> None:
+    name = f"{prefix}blk.{block}.{suffix}"
+    assert tuple(match_expert_name(name)) == regex_verdict(name)
+
+
+ATOMS = ["a", "b", "1", ".", r"\.", "[ab]", r"\d", "[^b]", "^", "$", r"\b", "(?=a)", "(?!b)"]
+QUANTIFIERS = ["", "", "*", "+", "?", "{0,2}", "{1,3}", "{2,}", "{0}", "*?", "+?", "??"]
+
+
+def patterns() -> st.SearchStrategy[str]:
+    atom = st.sampled_from(ATOMS)
+    nested = st.recursive(
+        atom,
+        lambda inner: st.tuples(
+            st.sampled_from(["(", "(?:"]), st.lists(st.lists(inner, min_size=0, max_size=3), min_size=1, max_size=3)
+        ).map(lambda group: group[0] + "|".join("".join(seq) for seq in group[1]) + ")"),
+        max_leaves=6,
+    )
+    item = st.tuples(nested, st.sampled_from(QUANTIFIERS)).map("".join)
+    sequence = st.lists(item, max_size=5).map("".join)
+    return st.lists(sequence, min_size=1, max_size=3).map("|".join)
+
+
+@given(patterns(), st.text(alphabet="ab1.x", max_size=10))
+def test_the_search_core_finds_a_match_exactly_where_the_pattern_does(pattern: str, name: str) -> None:
+    try:
+        compiled = re.compile(pattern, re.ASCII)
+    except re.error:
+        assume(False)
+        raise
+    core = search_core(pattern)
+    assert bool(re.compile(core, re.ASCII).search(name)) == bool(compiled.search(name)), core
+    assert search_paths(core, len(name)) <= search_paths(pattern, len(name))
+
+
+def test_search_cores_drop_what_always_matches() -> None:
+    assert search_core(r".*ffn_.*exps.*") == "ffn_.*exps"
+    assert search_core(".*.*.*x") == "x"
+    assert search_core(r"blk\.(1[0-9]|2[0-9])\.ffn_.*") == r"blk\.(1[0-9]|2[0-9])\.ffn_"
+    assert search_core("a.*|(?:b)?c*") == ""  # the second alternative matches everywhere
+    assert search_core("(?=x).*|^a+$") == "(?=x)|^a+$"
+
+
+def crafted(directory: Path, blocks: int, tensors: int, name_length: int = 30) -> Path:
+    """A qwen3moe header padded with extra block tensors (names llama.cpp would not load, which
+    layerfit reads) to ``tensors`` in all; some of them carry a second, lower block's expert name."""
+    spec = tiny_spec(name="crafted", block_count=blocks, embedding_length=64, feed_forward_length=64, **MOE)
+    table = tensor_table(spec)
+    for i in range(tensors - len(table)):
+        block = i % blocks
+        tail = f".blk.{block // 2}.ffn_up_exps.{i}" if i % 7 == 0 else f".x{i}"
+        name = f"blk.{block}{tail}".ljust(name_length, "a")
+        assert len(name) == name_length
+        table.append(TensorSpec(name, (32,), F32))
+    path = directory / "crafted.gguf"
+    write_gguf(path, spec, data="header", tensors=table)
+    return path
+
+
+def by_regexes(path: Path, flags: ExpertFlags) -> tuple[int, ...]:
+    """The host bytes per block that the override patterns give, searched as regexes (the old way)."""
+    shape = read_gguf(str(path))
+    regexes = [re.compile(pattern, re.ASCII) for _, pattern in flags.patterns()]
+    host = [0] * shape.block_count
+    for name, size in shape.tensor_sizes:
+        block = BLOCK_PREFIX.match(name)
+        if block is not None and any(regex.search(name) for regex in regexes):
+            host[int(block[1])] += size
+    return tuple(host)
+
+
+@pytest.mark.parametrize(
+    "args", [["--n-cpu-moe", "40"], ["--cpu-moe"], ["--n-cpu-moe", "64", "-ot", r"blk\.(1|63)\.attn_q=CPU"]]
+)
+def test_many_tensors_and_blocks_give_what_the_regexes_give(tmp_path: Path, args: list[str]) -> None:
+    path = crafted(tmp_path, blocks=64, tensors=8192)
+    params = LlamaParams.from_args(args)
+    from layerfit.domain.expert_flags import expert_flags
+
+    resolved = resolve(read_gguf(str(path)), expert_flags(params))
+    assert resolved.block_bytes == by_regexes(path, expert_flags(params))
+    assert estimate_profile(path, params).fixed_host_experts == resolved.blocks
+
+
+def test_ot_searches_beyond_the_budget_are_refused(tmp_path: Path) -> None:
+    path = crafted(tmp_path, blocks=16, tensors=4096)
+    costly = r"blk\..*ffn_.*exps"  # 31**3 paths on a 30-byte name: 4,096 x 29,811 paths
+    with pytest.raises(InputError, match=r"4,096 tensors .* beyond layerfit's budget of 50,000,000") as caught:
+        estimate_profile(path, LlamaParams.from_args(["-ot", f"{costly}=CPU"]))
+    assert caught.value.field == "-ot"
+    many = ",".join(f"x{i}=CPU" for i in range(700))  # 4,096 x 700 searches: refused before reading them
+    with pytest.raises(InputError, match="700 patterns tested against each of the 4,096 tensors"):
+        estimate_profile(path, LlamaParams.from_args(["-ot", many]))
+    cheap = estimate_profile(path, LlamaParams.from_args(["-ot", r".*ffn_.*exps.*=CPU"]))  # core ffn_.*exps
+    assert cheap.fixed_host_experts == tuple(range(16))
+
+
+DOCUMENTED = [
+    r"\.ffn_(up|down|gate)_exps",
+    r"blk\.(1[0-9]|2[0-9])\.ffn_.*",
+    "exps",
+    EXPERTS_PATTERN,
+    expert_block_pattern(60),
+    r".*ffn_.*exps.*",
+    r"blk\.[0-9]+\.ffn_(?:up|down)_exps",
+]
+
+
+@pytest.mark.parametrize("model", sorted(REAL_MODELS))
+def test_real_models_with_documented_patterns_use_a_small_part_of_the_budget(model: str) -> None:
+    names = [tensor.name for tensor in tensor_table(REAL_MODELS[model])]
+    for pattern in DOCUMENTED:
+        assert search_cost(names, [search_core(pattern)]) * 20 <= SEARCH_BUDGET, pattern
