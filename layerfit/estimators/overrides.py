@@ -27,7 +27,6 @@ from layerfit.domain.expert_flags import (
     expert_block_pattern,
     match_expert_name,
 )
-from layerfit.domain.pattern_cost import search_core, search_paths
 from layerfit.errors import InputError
 from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
 from layerfit.estimators.shape import ModelShape
@@ -104,6 +103,8 @@ def search_cores(names: Sequence[str], patterns: Sequence[str], path: str) -> li
         raise InputError(OVERRIDE_FLAGS[0], _over_budget(len(names), patterns, path, floor))
     for text in patterns:
         compile_pattern(OVERRIDE_FLAGS[0], text)
+    from layerfit.domain.pattern_cost import search_core  # only with -ot: off the estimate's start-up path
+
     cores = [search_core(text) for text in patterns]
     paths = search_cost(names, cores)
     if paths > SEARCH_BUDGET:
@@ -114,6 +115,8 @@ def search_cores(names: Sequence[str], patterns: Sequence[str], path: str) -> li
 def search_cost(names: Sequence[str], cores: Sequence[str]) -> int:
     """What ``SEARCH_BUDGET`` counts: per name and per core, ``SEARCH_CALL_PATHS`` and the core's
     backtracking paths on a name as long as the longest."""
+    from layerfit.domain.pattern_cost import search_paths  # only with -ot
+
     longest = max(map(len, names), default=0)
     return len(names) * sum(SEARCH_CALL_PATHS + search_paths(core, longest) for core in cores)
 
