@@ -8,10 +8,11 @@ import io
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
-from layerfit.cli import EXIT_PLACED, main
+from layerfit.cli import EXIT_BAD_INPUT, EXIT_PLACED, main
 from layerfit.progress import LineReporter, LiveReporter, Progress, report, reporting
 
 EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
@@ -150,3 +151,37 @@ def test_fleet_placements_carry_device_use_like_a_plan(capsys: pytest.CaptureFix
             assert entry["needed_bytes"] == device["total_bytes"]
             assert entry["free_after_bytes"] == entry["allocatable_bytes"] - entry["needed_bytes"]
         assert [w["worker"] for w in placed["worker_use"]] == [w["worker"] for w in claims["workers"]]
+
+
+def with_bad_deployments(tmp_path: Path) -> str:
+    """The example fleet plus a deployment whose GGUF file is missing (with a running replica) and
+    one whose selection names a worker the cluster lacks."""
+    fleet = yaml.safe_load((EXAMPLES / "fleet.yaml").read_text(encoding="utf-8"))
+    profile = fleet["deployments"][0]["profile"]
+    fleet["deployments"] += [
+        {"name": "no-file", "gguf_path": str(tmp_path / "missing.gguf")},
+        {"name": "no-worker", "gpu_selection": ["gpu-z:cuda:0"], "profile": profile},
+    ]
+    fleet["current"].append({"deployment": "no-file", "replica": 0, "layout": fleet["current"][0]["layout"]})
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(fleet), encoding="utf-8")
+    return str(path)
+
+
+def test_deployments_refused_for_bad_input_exit_2_and_the_rest_is_planned(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = with_bad_deployments(tmp_path)
+    plot = tmp_path / "plan.svg"
+    assert main(["replan", path, "--time-limit", "5", "--plot", str(plot)]) == EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert "6 placed (1 kept, 1 moved, 4 started)" in out and "not placed: no-worker#0" in out
+    assert out.splitlines()[-1].startswith("refused for bad input") and "no-file, no-worker" in out.splitlines()[-1]
+    assert "missing.gguf" not in err and plot.stat().st_size > 0  # drawn without the replica of unknown memory
+    assert "no-file#0 of unknown memory, not drawn" in plot.read_text(encoding="utf-8")
+    assert main(["replan", path, "--time-limit", "5", "--json"]) == EXIT_BAD_INPUT
+    data = json.loads(capsys.readouterr().out)
+    assert data["refused"] == ["no-file", "no-worker"] and len(data["placements"]) == 6
+    assert main(["schema", "fleet"]) == EXIT_PLACED
+    jsonschema.Draft202012Validator(json.loads(capsys.readouterr().out)).validate(data)
+    assert json.loads(replan(capsys, FLEET, "--json")[0])["refused"] == []  # the good fleet still exits 0

@@ -218,4 +218,7 @@ def render_fleet(plan: FleetPlan, cluster: Cluster) -> str:
         for replica in plan.commands:
             lines.append(f"    {replica.deployment}#{replica.replica}:")
             lines += [f"      [{command.worker}] {command.line}" for command in replica.commands]
+    if plan.refused:
+        names = ", ".join(plan.refused)
+        lines.append(f"refused for bad input (see 'not placed'; exit code 2): {names}; the rest is planned")
     return "\n".join(lines)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from layerfit.cli.common import (
     EXAMPLES,
+    EXIT_BAD_INPUT,
     EXIT_NO_FIT,
     HELP_FORMAT,
     SUBCOMMANDS,
@@ -15,12 +17,15 @@ from layerfit.cli.common import (
 )
 from layerfit.domain.choices import Executor
 
+if TYPE_CHECKING:
+    from layerfit.domain.fleet import Fleet, FleetPlan
+
 PER_DEPLOYMENT_SECONDS = 2.0
 """Time limit of the per-deployment solves inside a fleet plan (``plan_fleet``'s default)."""
 
 
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit.cli.inputs import check_plot_target, planner_config, progress_display, write_plot
+    from layerfit.cli.inputs import check_plot_target, planner_config, progress_display
     from layerfit.cli.render import render_fleet
     from layerfit.domain.fleet import Fleet, FleetConfig
     from layerfit.errors import InputError
@@ -42,24 +47,44 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
         result = plan_fleet(fleet, config, commands_for)
 
     print(result.model_dump_json(indent=2) if args.json else render_fleet(result, fleet.cluster))
-    before = [(f"{p.deployment}#{p.replica}", p.layout) for p in fleet.current]
     if args.plot:
-        from layerfit.check import reference_reasons, unified_workers
-        from layerfit.memory import claims
-        from layerfit.planner import resolve_profile
-
-        profiles = {d.name: resolve_profile(d) for d in fleet.deployments}
-        unified = unified_workers(fleet.cluster)
-        old = [
-            (name, claims(profiles[name.rsplit("#", 1)[0]], layout, unified))
-            for name, layout in before
-            if not reference_reasons(fleet.cluster, layout)
-        ]
-        lost = [name for name, layout in before if reference_reasons(fleet.cluster, layout)]
-        current = "current" + (f" ({', '.join(lost)} on lost GPUs, not drawn)" if lost else "")
-        new = [(f"{p.deployment}#{p.replica}", p.claims) for p in result.placements]
-        write_plot(args.plot, fleet.cluster, [(current, old), ("new plan", new)])
+        _draw(args.plot, fleet, result)
+    if result.refused:  # planned around, but bad input all the same
+        return EXIT_BAD_INPUT
     return exit_code(result.status) if not result.unplaced or result.placements else EXIT_NO_FIT
+
+
+def _draw(path: str, fleet: Fleet, result: FleetPlan) -> None:
+    """The current placement and the new one side by side; current replicas on lost GPUs, or whose
+    memory is not known (a deployment without a profile, a layout of another block count), are not
+    drawn."""
+    from layerfit.check import reference_reasons, unified_workers
+    from layerfit.cli.inputs import write_plot
+    from layerfit.errors import LayerfitError
+    from layerfit.memory import claims
+    from layerfit.planner import resolve_profile
+
+    profiles = {}
+    for deployment in fleet.deployments:
+        try:
+            profiles[deployment.name] = resolve_profile(deployment)
+        except LayerfitError:  # refused for bad input, reported in the plan
+            continue
+    unified = unified_workers(fleet.cluster)
+    old, lost, unknown = [], [], []
+    for placement in fleet.current:
+        name, profile = f"{placement.deployment}#{placement.replica}", profiles.get(placement.deployment)
+        if reference_reasons(fleet.cluster, placement.layout):
+            lost.append(name)
+        elif profile is None or profile.n_blocks != placement.layout.n_blocks:
+            unknown.append(name)
+        else:
+            old.append((name, claims(profile, placement.layout, unified)))
+    hidden = [f"{', '.join(lost)} on lost GPUs"] if lost else []
+    hidden += [f"{', '.join(unknown)} of unknown memory"] if unknown else []
+    current = "current" + (f" ({'; '.join(hidden)}, not drawn)" if hidden else "")
+    new = [(f"{p.deployment}#{p.replica}", p.claims) for p in result.placements]
+    write_plot(path, fleet.cluster, [(current, old), ("new plan", new)])
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

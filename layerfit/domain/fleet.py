@@ -256,6 +256,10 @@ class FleetPlan(Frozen):
     status: Status
     placements: tuple[PlacedReplica, ...] = ()
     unplaced: tuple[UnplacedReplica, ...] = ()
+    refused: tuple[str, ...] = ()
+    """Deployments left out for bad input (a selection naming a worker or GPU the cluster lacks, a
+    profile that cannot be estimated), in fleet order; their replicas are in ``unplaced`` with the
+    reason. The rest is planned; ``replan`` exits 2 when any is refused."""
     moves: tuple[Move, ...] = ()
     """The steps from the current placement to the plan, in an order that never exceeds capacity."""
     stopped: tuple[ReplicaRef, ...] = ()

@@ -62,7 +62,8 @@ def plan_fleet(
 
     Bad input (a selection naming a missing GPU, a placement of the wrong size or on a missing GPU,
     pins that overflow together) is reported in ``reasons`` and the rest is planned (``screen``);
-    replicas of a deployment left out keep running, their memory counted, or are stopped first.
+    the deployments left out are named in ``refused``, and their replicas keep running, their
+    memory counted, or are stopped first.
     A context range is resolved to one context per deployment (``contexts``).
     """
 
@@ -112,6 +113,7 @@ def plan_fleet(
             "stats": (stats,),
             "reasons": (*screened.reasons, *generation_reasons, *result.reasons, *([safety] if safety else [])),
             "unplaced": (*result.unplaced, *unplaced),
+            "refused": tuple(d.name for d in original.deployments if d.name in screened.unplaceable),
         }
     )
     planned = with_commands(original, with_stops_first(result, screened.stop_first, original.cluster), planner_config)
