@@ -48,9 +48,9 @@ def within_capacity(master: Master, counts: Counts) -> bool:
     used: dict[object, int] = defaultdict(int)
     for d, row in enumerate(counts):
         for c, n in enumerate(row):
-            for key, mib in master.loads[d][c]:
-                used[key] += n * mib
-    return all(mib <= master.capacity[key] for key, mib in used.items())
+            for key, n_bytes in master.loads[d][c]:
+                used[key] += n * n_bytes
+    return all(n_bytes <= master.capacity[key] for key, n_bytes in used.items())
 
 
 def test_groups_of_workers_pack_a_spread_plan() -> None:

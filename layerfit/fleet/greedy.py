@@ -10,8 +10,8 @@ from layerfit.fleet.master import Counts, Master
 
 
 def _gpu_size(master: Master, d: int) -> int:
-    """The least VRAM (MiB) any candidate of deployment ``d`` takes."""
-    return min((sum(mib for key, mib in takes if isinstance(key, tuple)) for takes in master.loads[d]), default=0)
+    """The least VRAM (bytes) any candidate of deployment ``d`` takes."""
+    return min((sum(size for key, size in takes if isinstance(key, tuple)) for takes in master.loads[d]), default=0)
 
 
 def gpus_used(master: Master, counts: Counts) -> int:
@@ -40,7 +40,7 @@ def greedy(master: Master) -> Counts:
 
 
 class _Packing:
-    """Free MiB per resource and replicas per candidate while packing."""
+    """Free bytes per resource and replicas per candidate while packing."""
 
     def __init__(self, master: Master) -> None:
         self.master = master
@@ -49,22 +49,22 @@ class _Packing:
         self.left = [deployment.replicas for deployment in master.deployments]
 
     def fits(self, d: int, c: int) -> bool:
-        return all(self.free[key] >= mib for key, mib in self.master.loads[d][c])
+        return all(self.free[key] >= n_bytes for key, n_bytes in self.master.loads[d][c])
 
     def take(self, d: int, c: int) -> bool:
         if not self.fits(d, c):
             return False
-        for key, mib in self.master.loads[d][c]:
-            self.free[key] -= mib
+        for key, n_bytes in self.master.loads[d][c]:
+            self.free[key] -= n_bytes
         self.counts[d][c] += 1
         self.left[d] -= 1
         return True
 
     def fit_score(self, d: int, c: int) -> tuple[int, int]:
         """GPUs the candidate would open, then the VRAM it would leave free on its GPUs."""
-        gpus = [(key, mib) for key, mib in self.master.loads[d][c] if isinstance(key, tuple)]
+        gpus = [(key, n_bytes) for key, n_bytes in self.master.loads[d][c] if isinstance(key, tuple)]
         opened = sum(1 for key, _ in gpus if self.free[key] == self.master.capacity[key])
-        return opened, sum(self.free[key] - mib for key, mib in gpus)
+        return opened, sum(self.free[key] - n_bytes for key, n_bytes in gpus)
 
     def take_wanted(self, wanted: Mapping[str, Counter[Layout]]) -> None:
         for d, deployment in enumerate(self.master.deployments):

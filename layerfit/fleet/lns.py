@@ -29,6 +29,7 @@ from ortools.sat.python import cp_model
 from layerfit.deadline import Deadline
 from layerfit.fleet.budget import DETERMINISTIC_PER_S, GROUP_PER_OPTION_S, GROUP_SOLVE_S, Budget
 from layerfit.fleet.master import Counts, Master, ResourceKey
+from layerfit.solver.scale import add_at_most
 
 GROUP_WORKERS = 4
 """Workers per group: small enough for CP-SAT to solve a group in a fraction of a second."""
@@ -56,21 +57,21 @@ class _Search:
         self.worker_names = sorted({_worker_of(key) for key in master.capacity})
 
     def used(self) -> dict[ResourceKey, int]:
-        """MiB taken per resource by the incumbent."""
+        """Bytes taken per resource by the incumbent."""
         taken: dict[ResourceKey, int] = defaultdict(int)
         for d, row in enumerate(self.counts):
             for c, n in enumerate(row):
-                for key, mib in self.master.loads[d][c] if n else ():
-                    taken[key] += n * mib
+                for key, n_bytes in self.master.loads[d][c] if n else ():
+                    taken[key] += n * n_bytes
         return taken
 
     def order(self) -> list[str]:
         """Workers whose used GPUs are the emptiest first (the ones a group may empty)."""
         taken = self.used()
         fill: dict[str, list[float]] = defaultdict(list)
-        for key, mib in taken.items():
-            if isinstance(key, tuple) and mib:
-                fill[key[0]].append(mib / max(1, self.master.capacity[key]))
+        for key, n_bytes in taken.items():
+            if isinstance(key, tuple) and n_bytes:
+                fill[key[0]].append(n_bytes / max(1, self.master.capacity[key]))
         return sorted(fill, key=lambda worker: (sum(fill[worker]) / len(fill[worker]), -len(fill[worker]), worker))
 
     def group(self, source: str) -> list[str]:
@@ -115,9 +116,9 @@ class _Group:
         for d, row in enumerate(counts):
             for c, n in enumerate(row):
                 if n and not (search.workers_of[d][c] <= inside):
-                    for key, mib in master.loads[d][c]:
+                    for key, n_bytes in master.loads[d][c]:
                         if _worker_of(key) in inside:
-                            self.free[key] -= n * mib
+                            self.free[key] -= n * n_bytes
                             fixed.add(key)
         self.y: dict[tuple[int, int], cp_model.IntVar] = {}
         for d, options in self.inside.items():
@@ -153,12 +154,12 @@ class _Group:
         master = self.search.master
         load: dict[ResourceKey, list[tuple[int, cp_model.IntVar, int]]] = defaultdict(list)
         for (d, c), var in self.y.items():
-            for key, mib in master.loads[d][c]:
-                load[key].append((mib, var, movable[d]))
+            for key, n_bytes in master.loads[d][c]:
+                load[key].append((n_bytes, var, movable[d]))
         weight = {True: master.n_workers + 1, False: 1}
         objective = []
-        for key, terms in load.items():
-            self.model.add(sum(mib * var for mib, var, _ in terms) <= self.free[key])
+        for i, (key, terms) in enumerate(load.items()):
+            add_at_most(self.model, terms, self.free[key], str(i))  # exact in bytes (``solver.scale``)
             if key in fixed:
                 continue
             flag = self.model.new_bool_var(f"used_{key}")

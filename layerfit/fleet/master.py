@@ -1,9 +1,10 @@
 """The master problem: how many replicas of each deployment use each candidate layout.
 
 ``x[d, c]`` = replicas of deployment ``d`` on candidate ``c``. The claims of all chosen candidates
-add up per GPU and per worker (RAM, or the whole pool on unified-memory workers) and must fit.
-Sizes are scaled to MiB, claims rounded up and capacities down, so the scaled model can only be
-more conservative than the byte-exact check that follows.
+add up per GPU and per worker (RAM, or the whole pool on unified-memory workers) and must fit,
+exactly in bytes: each capacity row is written with numbers under ``solver.scale.MAX_SCALED``
+(``scale.add_at_most``), which CP-SAT's presolve handles (sizes in MiB rounded up, as before,
+left out plans that fit by less than a MiB per replica). The plan is checked in bytes again.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from layerfit.domain.base import MiB
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.errors import InputError
 from layerfit.fleet.candidates import CandidateSet
+from layerfit.solver.scale import add_at_most
 
 ResourceKey = tuple[str, int] | str
 """A GPU as (worker, index), or a worker's RAM (or unified pool) by its name."""
 Takes = list[tuple[ResourceKey, int]]
-"""What one replica on a candidate takes: (resource, MiB) pairs."""
+"""What one replica on a candidate takes: (resource, bytes) pairs."""
 Counts = list[list[int]]
 """Replicas per candidate, per deployment."""
 
@@ -49,10 +50,6 @@ def gpu_weight(cluster: Cluster) -> int:
     return len(cluster.workers) + 1
 
 
-def mib_up(n_bytes: int) -> int:
-    return -(-n_bytes // MiB)
-
-
 def claim_bytes(cluster: Cluster, claims: Claims) -> list[tuple[ResourceKey, int]]:
     """The bytes a layout's claims take from each GPU and each worker's RAM (or unified pool)."""
     taken: list[tuple[ResourceKey, int]] = [((d.worker, d.gpu_index), d.total_bytes) for d in claims.devices]
@@ -70,16 +67,6 @@ def capacity_bytes(cluster: Cluster) -> dict[ResourceKey, int]:
             capacity[(worker.name, gpu.index)] = gpu.allocatable_vram_bytes
         capacity[worker.name] = worker.allocatable_ram_bytes
     return capacity
-
-
-def claim_takes(cluster: Cluster, claims: Claims) -> Takes:
-    """The MiB (rounded up) a layout's claims take from each GPU and each worker's RAM or pool."""
-    return [(key, mib_up(n_bytes)) for key, n_bytes in claim_bytes(cluster, claims)]
-
-
-def capacities_mib(cluster: Cluster) -> dict[ResourceKey, int]:
-    """Allocatable VRAM per GPU and RAM (or pool) per worker, in MiB rounded down."""
-    return {key: n_bytes // MiB for key, n_bytes in capacity_bytes(cluster).items()}
 
 
 class Master:
@@ -101,11 +88,11 @@ class Master:
         self.current = current
         self.pins = pins
         self.weights = priority_weights(deployments)
-        self.capacity = capacities_mib(cluster)
+        self.capacity = capacity_bytes(cluster)
         self.loads: list[list[Takes]] = [
-            [claim_takes(cluster, claims) for _, claims in options] for options in candidates
+            [claim_bytes(cluster, claims) for _, claims in options] for options in candidates
         ]
-        """Per deployment, per candidate: (GPU or worker key, MiB) it takes."""
+        """Per deployment, per candidate: (GPU or worker key, bytes) it takes."""
         self.moves_total = sum(sum(current.get(d.name, Counter()).values()) for d in deployments)
         self.x: list[list[cp_model.IntVar]] = []
         kept_terms: list[cp_model.IntVar] = []
@@ -150,16 +137,16 @@ class Master:
         return kept
 
     def _capacity_rows(self, cluster: Cluster) -> None:
-        load: dict[ResourceKey, list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
-        for row, row_loads in zip(self.x, self.loads, strict=True):
+        load: dict[ResourceKey, list[tuple[int, cp_model.IntVar, int]]] = defaultdict(list)
+        for deployment, row, row_loads in zip(self.deployments, self.x, self.loads, strict=True):
             for var, takes in zip(row, row_loads, strict=True):
-                for key, mib in takes:
-                    load[key].append((mib, var))
+                for key, n_bytes in takes:
+                    load[key].append((n_bytes, var, deployment.replicas))
         for worker in cluster.workers:
             keys: list[ResourceKey] = [(worker.name, gpu.index) for gpu in worker.gpus]
-            for key in [*keys, worker.name]:
+            for i, key in enumerate([*keys, worker.name]):
                 if load.get(key):
-                    self.model.add(sum(size * var for size, var in load[key]) <= self.capacity[key])
+                    add_at_most(self.model, load[key], self.capacity[key], f"{worker.name}_{i}")
 
     def _users(self, selects: Any) -> dict[ResourceKey, list[tuple[int, cp_model.IntVar]]]:
         """Per resource that ``selects`` keeps, in first-use order: (replica bound, variable) of its users."""

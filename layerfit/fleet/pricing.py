@@ -140,9 +140,14 @@ class _Objective:
         self.unit = built.instance.scale.unit_bytes
 
     def _mib_floor(self, units: Expr, upper_units: int, name: str) -> cp_model.IntVar:
-        """A variable at least ``units`` (model units) in whole MiB rounded down."""
+        """A variable at least ``units`` (model units) in whole MiB rounded down. The row
+        ``MiB * mib >= unit * units - (MiB - 1)`` is divided by the unit's and MiB's common factor
+        (exactly: ``mib`` and ``units`` are integers), so that its numbers stay under
+        ``solver.scale.MAX_SCALED`` also when the unit is a large power of two (a 2 GiB unit when
+        every size is a multiple of it)."""
         mib = self.model.new_int_var(0, upper_units * self.unit // MiB + 1, name)
-        self.model.add(MiB * mib >= self.unit * units - (MiB - 1))
+        common = math.gcd(self.unit, MiB)
+        self.model.add(MiB // common * mib >= self.unit // common * units - (MiB - 1) // common)
         return mib
 
     def gpu_cost(self) -> Expr:
@@ -188,6 +193,18 @@ class _Objective:
         return math.ceil(self.prices.layer_value * self.grid) * self.variables.gpu_layers
 
 
+def priced_model(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, prices: Prices
+) -> tuple[BuiltModel, float]:
+    """The pricing problem's model, its objective set, and its grid (objective units per price unit)."""
+    instance = _split_classes(build_instance(cluster, deployment, profile, config), prices)
+    built = build_model(instance, break_symmetry=False)
+    grid = _grid(instance, prices)
+    objective = _Objective(built, prices, grid)
+    built.model.maximize(objective.layers() - objective.gpu_cost() - objective.worker_cost())
+    return built, grid
+
+
 def price(
     cluster: Cluster,
     deployment: Deployment,
@@ -199,11 +216,8 @@ def price(
 ) -> Priced:
     """The valid layout of ``deployment`` with the best value under ``prices`` (see the module docstring).
     ``time_limit_s`` is deterministic time; ``wall_limit_s`` caps the wall-clock guard."""
-    instance = _split_classes(build_instance(cluster, deployment, profile, config), prices)
-    built = build_model(instance, break_symmetry=False)
-    grid = _grid(instance, prices)
-    objective = _Objective(built, prices, grid)
-    built.model.maximize(objective.layers() - objective.gpu_cost() - objective.worker_cost())
+    built, grid = priced_model(cluster, deployment, profile, config, prices)
+    instance = built.instance
     # Deterministic time, so that the same input prices the same under any load; wall time as a guard.
     solver = solver_for(config, WALL_GUARD * time_limit_s if wall_limit_s is None else max(0.05, wall_limit_s))
     solver.parameters.max_deterministic_time = time_limit_s
