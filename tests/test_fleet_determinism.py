@@ -104,3 +104,13 @@ def test_the_planner_cut_by_its_own_time_limit_is_a_safety_stop() -> None:
     assert len(said) == 1 and stops in said[0].message
     whole = plan_fleet(distributed_fleet(), config, PlannerConfig(time_limit_s=30.0))
     assert whole.stats[0].details["safety_stops"] == "none" and len(whole.placements) == 1
+
+
+def test_the_plan_says_when_parallel_search_may_change_it() -> None:
+    # Two CP-SAT workers depend on thread timing (fleet_bench's fragmented seed 4 gave two plans in
+    # three runs, no safety stop): the plan says so; one worker says nothing
+    config = CONFIG.model_copy(update={"executor": Executor.SERIAL, "time_limit_s": 10.0})
+    for workers, says in ((2, True), (1, False)):
+        plan = plan_fleet(alike_gpus_fleet(0), config.model_copy(update={"num_search_workers": workers}), PLANNER)
+        said = [r for r in plan.reasons if r.resource == "num_search_workers"]
+        assert bool(said) is says and all("differ from run to run" in r.message for r in said)

@@ -165,8 +165,10 @@ class FleetConfig(Frozen):
     seed: int = SEED
     num_search_workers: Annotated[int, Field(ge=0, le=MAX_SEARCH_WORKERS), NOT_A_BOOLEAN] = 1
     """CP-SAT workers for the master problem. 1 with a fixed seed gives the same plan for the same
-    input on every run and every executor when no limit is hit; 0 = one per core (parallel CP-SAT
-    picks among equally good plans by timing, so the plan can differ from run to run)."""
+    input on every run and every executor unless a safety stop fires; 0 = one per core. More than
+    one runs CP-SAT's parallel search, which depends on thread timing: the plan can differ from
+    run to run, among equally good plans where every tier is proven and on the tiers' values where
+    a tier's work budget cut it (the plan says so in an info reason)."""
     column_generation: bool = True
     """Price new layouts for every deployment against the master's LP duals (column generation):
     better columns, and a bound on the first two tiers over all layouts, not only the candidates."""

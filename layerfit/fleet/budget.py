@@ -109,3 +109,18 @@ def safety_reason(stops: list[str]) -> Reason | None:
         "work budget allows for); the plan may differ from run to run, a larger time_limit_s avoids it"
     )
     return Reason(kind=ReasonKind.STRATEGY_SKIPPED, resource="time_limit_s", severity=Severity.INFO, message=message)
+
+
+def parallel_reason(workers: int) -> Reason | None:
+    """What the plan says when CP-SAT searches the master with several workers (``0``: one per
+    core): the parallel search depends on thread timing, with or without a safety stop."""
+    if workers == 1:
+        return None
+    message = (
+        f"num_search_workers={workers}: CP-SAT's parallel search depends on thread timing, so the plan may "
+        "differ from run to run (among equally good plans where every tier is proven, on the tiers' values "
+        "where one is not); 1 gives the same plan on every run"
+    )
+    return Reason(
+        kind=ReasonKind.STRATEGY_SKIPPED, resource="num_search_workers", severity=Severity.INFO, message=message
+    )

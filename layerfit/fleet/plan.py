@@ -14,7 +14,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, UnplacedReplica
 from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
-from layerfit.fleet.budget import Budget, safety_reason
+from layerfit.fleet.budget import Budget, parallel_reason, safety_reason
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.colgen import LAYERS, PLACED, Bound, ColumnGeneration, Goal, reached, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
@@ -101,7 +101,7 @@ def plan_fleet(
             },
         }
     )
-    safety = safety_reason(budget.stops)
+    said = [reason for reason in (safety_reason(budget.stops), parallel_reason(config.num_search_workers)) if reason]
     unplaced = [
         UnplacedReplica(deployment=d.name, replica=r, reasons=(screened.unplaceable[d.name],))
         for d in original.deployments
@@ -111,7 +111,7 @@ def plan_fleet(
     result = result.model_copy(
         update={
             "stats": (stats,),
-            "reasons": (*screened.reasons, *generation_reasons, *result.reasons, *([safety] if safety else [])),
+            "reasons": (*screened.reasons, *generation_reasons, *result.reasons, *said),
             "unplaced": (*result.unplaced, *unplaced),
             "refused": tuple(d.name for d in original.deployments if d.name in screened.unplaceable),
         }
