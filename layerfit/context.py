@@ -66,32 +66,37 @@ def tiers(result: Plan, profile: MemoryProfile) -> tuple[int, int, int] | None:
 
 
 def plan_context(deployment: Deployment, values: list[int], plan_at: PlanAt, profile: MemoryProfile) -> Plan:
-    """The plan at the largest context of ``values`` whose tiers equal those at the smallest."""
+    """The plan at the largest context of ``values`` whose tiers equal those at the smallest; its
+    context stage says ``truncated`` when a time limit cut any plan the choice compared."""
     started = time.perf_counter()
-    plans = 1
     smallest = plan_at(deployment, values[0], False)
+    compared = [smallest]
     wanted = tiers(smallest, profile)
     if wanted is None:
-        return _with_ctx(plan_at(deployment, values[0], True), values[0], plans + 1, started)
+        compared.append(plan_at(deployment, values[0], True))
+        return _with_ctx(compared[-1], values[0], compared, started)
     best, chosen = smallest, values[0]
     low, high = 1, len(values) - 1
     while low <= high:
         middle = (low + high) // 2
-        found = plan_at(deployment, values[middle], False)
-        plans += 1
-        if tiers(found, profile) == wanted:
-            best, chosen, low = found, values[middle], middle + 1
+        compared.append(plan_at(deployment, values[middle], False))
+        if tiers(compared[-1], profile) == wanted:
+            best, chosen, low = compared[-1], values[middle], middle + 1
         else:
             high = middle - 1
-    return _with_ctx(best, chosen, plans, started)
+    return _with_ctx(best, chosen, compared, started)
 
 
-def _with_ctx(result: Plan, ctx: int, plans: int, started: float) -> Plan:
-    """The plan with the context stage's stats: the chosen context and the plans it took."""
+def _with_ctx(result: Plan, ctx: int, compared: list[Plan], started: float) -> Plan:
+    """The plan with the context stage's stats: the chosen context, the plans it took, and
+    ``truncated`` (``plans``) when a time limit cut any of them (another run may choose otherwise)."""
+    from layerfit.planner import time_cuts
+
+    cut = any(time_cuts(plan) for plan in compared)
     stats = EngineStats(
         engine="context",
         wall_time_s=time.perf_counter() - started,
         status=result.status,
-        details={"ctx_size": ctx, "plans": plans},
+        details={"ctx_size": ctx, "plans": len(compared), "truncated": "plans" if cut else ""},
     )
     return result.model_copy(update={"stats": (*result.stats, stats)})

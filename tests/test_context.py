@@ -99,3 +99,29 @@ def test_auto_shrinks_the_context_before_any_layer_leaves_the_gpu(tmp_path: Path
     more = Deployment(name="m", gguf_path=str(path), backend_parameters=["-c", str(chosen_ctx(auto) + 256)])
     bigger = plan(cluster(vram), more, CONFIG)
     assert bigger.best is None or not bigger.best.layout.full_offload
+
+
+def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> None:
+    # The bisection compares plans at several contexts; one cut by its time limit may have decided
+    # the choice, although the plan chosen was not cut: the context stage says so
+    from layerfit.context import plan_context
+    from layerfit.planner import time_cuts
+
+    deployment = Deployment(name="m", profile=PROFILE, ctx_min=1000, ctx_max=16384)
+    base = deployment.model_copy(update={"ctx_min": None, "ctx_max": None})
+
+    def plan_at(_: Deployment, ctx: int, with_explain: bool) -> object:
+        fixed = base.model_copy(update={"params": base.params.model_copy(update={"ctx_size": ctx})})
+        found = plan(cluster(500), fixed, CONFIG, from_ctx(ctx), explain=with_explain)
+        if ctx <= 2560:
+            return found
+        cut = tuple(s.model_copy(update={"details": {**s.details, "truncated": "deadline"}}) for s in found.stats)
+        return found.model_copy(update={"stats": cut})  # a larger context, cut: it does not fit anyway
+
+    def from_ctx(ctx: int) -> MemoryProfile:
+        return PROFILE.model_copy(update={"block_kv_bytes": tuple(-(-32 * ctx // 8192) for _ in range(4))})
+
+    result = plan_context(deployment, ctx_candidates(1000, 16384), plan_at, PROFILE)  # type: ignore[arg-type]
+    stats = next(s for s in result.stats if s.engine == "context")
+    assert stats.details["ctx_size"] == 2560 and stats.details["truncated"] == "plans"
+    assert time_cuts(result) == ("context",)

@@ -19,7 +19,7 @@ from layerfit.fleet.commands import with_commands
 
 CONFIG = FleetConfig(time_limit_s=5.0, executor="serial", num_search_workers=1)
 PLANNER = PlannerConfig(time_limit_s=2.0)
-# the fleet counts whole MiB: test_context's profile in MiB (4 blocks of 100, KV 32 each at 8192)
+# test_context's profile in MiB (4 blocks of 100, KV 32 each at 8192)
 PROFILE = MemoryProfile(
     block_weight_bytes=(100 * MiB,) * 4,
     block_kv_bytes=(32 * MiB,) * 4,
@@ -76,6 +76,20 @@ def test_a_ranged_deployment_alone_gets_the_context_its_own_plan_picks() -> None
     result = plan_fleet(fleet, CONFIG, PLANNER)
     assert [p.deployment for p in result.placements] == ["a"] and result.placements[0].layout.full_offload
     assert ctx_of(fleet, result, "a") == 2560
+
+
+def test_a_context_choice_cut_by_the_planners_time_limit_is_a_safety_stop() -> None:
+    # Each ranged deployment's context is chosen by its own plans, under the planner's own time
+    # limit: a choice those limits cut may differ from run to run, and the plan says so
+    fleet = Fleet(cluster=gpus(500), deployments=(Deployment(name="a", profile=PROFILE, ctx_min=1000, ctx_max=16384),))
+    cut = plan_fleet(fleet, CONFIG, PlannerConfig(time_limit_s=1e-3))
+    stops = str(cut.stats[0].details["safety_stops"])
+    assert "context choice of a" in stops
+    said = [r for r in cut.reasons if "safety stop" in r.message]
+    assert len(said) == 1 and stops in said[0].message
+    whole = plan_fleet(fleet, CONFIG, PLANNER)
+    assert whole.stats[0].details["safety_stops"] == "none"
+    assert not any("safety stop" in r.message for r in whole.reasons)
 
 
 def test_the_context_shrinks_when_that_places_another_replica() -> None:

@@ -114,3 +114,14 @@ def test_the_plan_says_when_parallel_search_may_change_it() -> None:
         plan = plan_fleet(alike_gpus_fleet(0), config.model_copy(update={"num_search_workers": workers}), PLANNER)
         said = [r for r in plan.reasons if r.resource == "num_search_workers"]
         assert bool(said) is says and all("differ from run to run" in r.message for r in said)
+
+
+def test_a_later_safety_stop_joins_those_the_plan_names() -> None:
+    from layerfit.domain import EngineStats, Status
+    from layerfit.fleet.budget import safety_reason, with_safety_stop
+
+    stats = EngineStats(engine="fleet", wall_time_s=0.0, status=Status.FEASIBLE, details={"safety_stops": "a, b"})
+    plan = FleetPlan(status=Status.FEASIBLE, stats=(stats,), reasons=(safety_reason(["a", "b"]),))
+    joined = with_safety_stop(plan, "c")
+    assert joined.stats[0].details["safety_stops"] == "a, b, c"
+    assert joined.reasons == (safety_reason(["a", "b", "c"]),)

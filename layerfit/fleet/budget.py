@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from layerfit.deadline import Deadline
+from layerfit.domain.fleet import FleetPlan
 from layerfit.domain.plan import Reason, ReasonKind, Severity
 
 WORK_SHARE = 0.6
@@ -109,6 +110,19 @@ def safety_reason(stops: list[str]) -> Reason | None:
         "work budget allows for); the plan may differ from run to run, a larger time_limit_s avoids it"
     )
     return Reason(kind=ReasonKind.STRATEGY_SKIPPED, resource="time_limit_s", severity=Severity.INFO, message=message)
+
+
+def with_safety_stop(plan: FleetPlan, stage: str) -> FleetPlan:
+    """``plan`` with one more stage its safety stop (or a time limit of its own) cut short: in the
+    ``safety_stops`` detail and in the one reason that names them."""
+    details = plan.stats[0].details
+    before = str(details.get("safety_stops", "none"))
+    stops = [stage] if before == "none" else [before, stage]
+    first = plan.stats[0].model_copy(update={"details": {**details, "safety_stops": ", ".join(stops)}})
+    old = safety_reason([before]) if before != "none" else None
+    said = safety_reason(stops)
+    reasons = (*(reason for reason in plan.reasons if reason != old), *([said] if said else []))
+    return plan.model_copy(update={"stats": (first, *plan.stats[1:]), "reasons": reasons})
 
 
 def parallel_reason(workers: int) -> Reason | None:

@@ -8,7 +8,8 @@ layers or experts on the host, the fleet is planned again with every ranged depl
 context of its range, and that plan wins when it is better on the fleet's first two tiers
 (priority weight placed, layers on GPUs); otherwise the larger contexts stay. Each of the two
 fleet plans gets half the fleet's time limit; each ranged deployment's own context choice takes
-the planner's time limit on top.
+the planner's time limit on top, and a choice that limit cut is a safety stop of the plan
+(``CONTEXT_STAGE``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import Fleet, FleetPlan
+from layerfit.fleet.budget import with_safety_stop
 
 PlanFleet = Callable[[Fleet], FleetPlan]
 
@@ -33,13 +35,18 @@ def fixed_at(deployment: Deployment, ctx: int) -> Deployment:
     )
 
 
-def chosen_context(fleet: Fleet, deployment: Deployment, config: PlannerConfig) -> int:
-    """The context the deployment's own plan picks on the whole cluster."""
-    from layerfit.planner import plan
+CONTEXT_STAGE = "the context choice of {names} (the single-deployment planner's time limit)"
+"""The safety stop a ranged deployment's context choice names when a time limit cut its plans."""
+
+
+def chosen_context(fleet: Fleet, deployment: Deployment, config: PlannerConfig) -> tuple[int, bool]:
+    """The context the deployment's own plan picks on the whole cluster, and whether a time limit
+    cut a plan that choice compared (``planner.time_cuts``: another run may choose otherwise)."""
+    from layerfit.planner import plan, time_cuts
 
     result = plan(fleet.cluster, deployment, config, explain=False)
     stats = next(s for s in result.stats if s.engine == "context")
-    return int(stats.details["ctx_size"])
+    return int(stats.details["ctx_size"]), bool(time_cuts(result))
 
 
 def smallest_context(deployment: Deployment) -> int:
@@ -85,10 +92,14 @@ def plan_with_contexts(fleet: Fleet, config: PlannerConfig, plan_fixed: PlanFlee
     """The fleet plan with every context range resolved (see the module docstring); the stats
     record each chosen context (``ctx_key``)."""
     ranged = [d for d in fleet.deployments if d.has_ctx_range]
-    first = _planned(fleet, {d.name: chosen_context(fleet, d, config) for d in ranged}, plan_fixed)
+    chosen = {d.name: chosen_context(fleet, d, config) for d in ranged}
+    first = _planned(fleet, {name: ctx for name, (ctx, _) in chosen.items()}, plan_fixed)
     wanted = sum(d.replicas for d in fleet.deployments)
     whole = all(p.layout.full_offload and not p.layout.host_expert_blocks for p in first.placements)
     if len(first.placements) == wanted and whole:
-        return first
-    smallest = _planned(fleet, {d.name: smallest_context(d) for d in ranged}, plan_fixed)
-    return smallest if tuple(smallest.objective[:2]) > tuple(first.objective[:2]) else first
+        best = first
+    else:
+        smallest = _planned(fleet, {d.name: smallest_context(d) for d in ranged}, plan_fixed)
+        best = smallest if tuple(smallest.objective[:2]) > tuple(first.objective[:2]) else first
+    cut = [name for name, (_, was_cut) in chosen.items() if was_cut]
+    return with_safety_stop(best, CONTEXT_STAGE.format(names=", ".join(cut))) if cut else best
