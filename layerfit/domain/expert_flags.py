@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from layerfit.domain.base import Frozen, NonNegInt
 from layerfit.domain.params import LlamaParams
+from layerfit.domain.shell_words import argument_problem
 from layerfit.errors import InputError
 
 CPU_BUFFER = "CPU"
@@ -209,6 +210,7 @@ def parse_expert_flags(tokens: Sequence[str]) -> tuple[ExpertFlags, tuple[str, .
     cpu_moe = False
     n_cpu_moe: int | None = None
     rest: list[str] = []
+    written = -1  # the length of the one -ot argument layerfit writes: the values joined by commas
     i = 0
     while i < len(tokens):
         flag, eq, attached = tokens[i].partition("=")
@@ -228,18 +230,18 @@ def parse_expert_flags(tokens: Sequence[str]) -> tuple[ExpertFlags, tuple[str, .
         else:
             raise InputError(flag, "missing value")
         if flag in OVERRIDE_FLAGS:
-            overrides += _override_items(flag, value)
+            written += len(value) + 1
+            problem = argument_problem("the -ot argument layerfit writes", written)
+            if problem is not None:  # every pattern goes into one argument: refused before reading them
+                raise InputError(flag, problem)
+            overrides += _override_items(flag, value, MAX_OVERRIDES - len(overrides))
         elif n_cpu_moe is not None:
             raise InputError(flag, "given more than once")
         else:
             n_cpu_moe = _count(flag, value)
     count = len(overrides) + cpu_moe + (n_cpu_moe or 0)
     if count > MAX_OVERRIDES:
-        raise InputError(
-            OVERRIDE_FLAGS[1],
-            f"{count} tensor overrides (-ot items, --cpu-moe, --n-cpu-moe blocks); llama.cpp takes "
-            f"at most {MAX_OVERRIDES}",
-        )
+        raise InputError(OVERRIDE_FLAGS[1], _too_many(str(count)))
     flags = ExpertFlags(override_tensor=tuple(overrides), cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe)
     if flags.patterns():  # the deployment-wide bound on the overrides' regex searches
         from layerfit.domain.pattern_cost import total_problem
@@ -250,9 +252,18 @@ def parse_expert_flags(tokens: Sequence[str]) -> tuple[ExpertFlags, tuple[str, .
     return flags, tuple(rest)
 
 
-def _override_items(flag: str, value: str) -> list[str]:
+def _too_many(count: str) -> str:
+    kinds = "-ot items, --cpu-moe, --n-cpu-moe blocks"
+    return f"{count} tensor overrides ({kinds}); llama.cpp takes at most {MAX_OVERRIDES}"
+
+
+def _override_items(flag: str, value: str, room: int) -> list[str]:
+    """The patterns of one ``-ot`` value; refused when there are more than ``room``, before any is read."""
+    items = value.split(",")
+    if len(items) > room:
+        raise InputError(flag, _too_many(f"more than {MAX_OVERRIDES}"))
     patterns = []
-    for item in value.split(","):
+    for item in items:
         pattern, eq, target = item.partition("=")
         if not eq:
             raise InputError(flag, f"{item!r} is not PATTERN=BUFFER (llama.cpp splits the value at every comma)")

@@ -11,7 +11,6 @@ whose value layerfit computes itself.
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, Self, get_args
 
@@ -20,6 +19,7 @@ from pydantic import Field, ValidationError, model_validator
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen
 from layerfit.domain.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
 from layerfit.domain.limits import MAX_DEVICES
+from layerfit.domain.shell_words import check_words, split_items
 from layerfit.errors import InputError
 
 DEFAULT_CTX_SIZE = 8192
@@ -188,6 +188,7 @@ def _check_passed_through(extra: tuple[str, ...]) -> None:
     with its values, as ``from_args`` leaves them: it is read as llama-server arguments, so that a
     refused flag, a modelled one (which belongs in its field) or a missing value is refused too;
     the tensor overrides' patterns are checked here, before any model is read."""
+    check_words(extra)
     fields, flags = _parse_tokens(list(extra))
     _check_overrides(fields["extra"])
     modelled = next((field for field in fields if field != "extra"), None)
@@ -200,22 +201,6 @@ def _check_overrides(extra: tuple[str, ...]) -> None:
     from layerfit.domain.expert_flags import parse_expert_flags  # it reads LlamaParams: imported late
 
     parse_expert_flags(extra)
-
-
-def _split_items(args: Sequence[str]) -> list[str]:
-    """Flatten items such as ``"--ctx-size 8192"`` into tokens, keeping ``-c=8192`` as one token."""
-    tokens: list[str] = []
-    for item in args:
-        if not isinstance(item, str):
-            raise InputError("backend_parameters", f"expected strings, got {item!r}")
-        lexer = shlex.shlex(item, posix=True)
-        lexer.whitespace_split = True
-        lexer.escape = ""  # a backslash is part of the value (-ot blk\.1\..*=CPU), as a shell would see it quoted
-        try:
-            tokens.extend(lexer)
-        except ValueError as exc:
-            raise InputError("backend_parameters", f"cannot split {item!r}: {exc}") from None
-    return tokens
 
 
 def _int_value(flag: str, text: str, lowest: int) -> int:
@@ -329,7 +314,7 @@ def _take_values(flag: Flag, name: str, attached: str | None, tokens: list[str],
 
 def _parse_args(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The ``LlamaParams`` fields these arguments set, and the flag that set each field."""
-    return _parse_tokens(_split_items(args))
+    return _parse_tokens(split_items(args))
 
 
 def _parse_tokens(tokens: list[str]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import NamedTuple
 
 LONGEST_TENSOR_NAME = 63
@@ -39,6 +40,9 @@ MAX_SEARCH_PATHS = 64**4
 MAX_TOTAL_PATHS = 4 * MAX_SEARCH_PATHS
 """Most paths over all the overrides of one deployment, since every tensor name is tested against
 each in turn (``--n-cpu-moe 4095`` uses 2,096,640)."""
+READ_CACHE = 8192
+"""Patterns whose reading is kept: parsing a deployment's flags, checking them and estimating read
+each pattern several times (a 1,024-byte pattern takes a few ms)."""
 _SATURATED = MAX_SEARCH_PATHS * (LONGEST_TENSOR_NAME + 1) + 1
 _QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}")
 _ZERO_WIDTH_ESCAPES = frozenset("bB")
@@ -62,6 +66,7 @@ def size_problem(pattern: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=READ_CACHE)
 def search_paths(pattern: str, length: int = LONGEST_TENSOR_NAME) -> int:
     """An upper bound on the backtracking paths of one search of a name of at most ``length`` bytes
     (saturated above ``MAX_SEARCH_PATHS``), growing with ``length``; ``pattern`` must compile and
@@ -69,6 +74,7 @@ def search_paths(pattern: str, length: int = LONGEST_TENSOR_NAME) -> int:
     return _product(length + 1, _Reader(pattern, length).alternation().ways)
 
 
+@lru_cache(maxsize=READ_CACHE)
 def search_core(pattern: str) -> str:
     """The part of ``pattern`` that decides whether a search finds a match: each top-level
     alternative without its leading and trailing items that match the empty string anywhere
