@@ -43,9 +43,10 @@ def run(executor: Executor) -> tuple[object, ...]:
     config = FleetConfig(time_limit_s=60.0, executor=executor, processes=2, num_search_workers=1)
     stops = []
     for _ in range(ATTEMPTS):
-        # The single-deployment planner (the 60 GiB deployment's distributed layouts) stops at its
-        # own wall-clock limit, a safety stop the plan reports (at 2 s it was cut under load ~8: 10
-        # columns against 14); 30 s, far above its 0.07 s (load 1.8), so that the retries seldom see it
+        # The single-deployment planner (the 60 GiB deployment's distributed layouts) has wall-clock
+        # limits of its own: 30 s here, far above its 0.07 s (load 1.8), and its alternatives' share
+        # (a quarter of the time it took, at least 0.1 s: three re-solves of 5-11 ms unloaded). Under
+        # load ~8 one cut it (10 columns against 14); a cut is now a safety stop the retries see
         result = plan_fleet(fleet(), config, PlannerConfig(time_limit_s=30.0))
         stops.append(result.stats[0].details["safety_stops"])
         if stops[-1] == "none":
