@@ -5,6 +5,8 @@ A pipe opened for reading waits for a writer, and a pipe or a character device (
 ``/dev/urandom``) can be read without end; a folder or a block device is no document either.
 The file is checked before it is opened and again, on the open descriptor, after it: a pipe put
 in its place in between opens at once (``O_NONBLOCK``) and is refused, instead of blocking.
+
+Within ``reading_once`` a file is read once while it is unchanged (``read_once``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, BinaryIO, TypeVar
+
+T = TypeVar("T")
+_READ: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("read", default=None)
 
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -47,3 +55,35 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     except BaseException:
         os.close(descriptor)
         raise
+
+
+@contextmanager
+def reading_once() -> Iterator[None]:
+    """Within it, ``read_once`` reads a file once while it is unchanged: a context search,
+    ``explain``'s relaxed plans and a fleet plan estimate one model many times, and a GGUF header of
+    131,072 tensors takes ~1.7 s to read. Nested uses share the outermost one; outside it, every
+    call reads the file."""
+    token = _READ.set({}) if _READ.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _READ.reset(token)
+
+
+def read_once(path: str | os.PathLike[str], how: tuple[Any, ...], read: Callable[[], T]) -> T:
+    """``read()`` (what ``path`` holds, read in the way ``how`` names); within ``reading_once``, what
+    it gave before for the same file while it has the same device, inode, size and modification
+    and change times."""
+    done = _READ.get()
+    try:
+        info = os.stat(path)
+    except OSError:  # the reader says what is wrong, naming the file
+        done = None
+    if done is None:
+        return read()
+    key = (os.fspath(path), how, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if key not in done:
+        done[key] = read()
+    result: T = done[key]
+    return result

@@ -153,6 +153,21 @@ def plan(
     its limit says so in its ``EngineStats`` (``truncated`` in the heuristic's and explain's
     details, the solver's status).
     """
+    from layerfit.files import reading_once
+
+    with reading_once():  # the context search and explain's relaxed plans estimate one model many times
+        return _plan(cluster, deployment, config, profile, explain=explain, deadline=deadline)
+
+
+def _plan(
+    cluster: Cluster,
+    deployment: Deployment,
+    config: PlannerConfig,
+    profile: MemoryProfile | None,
+    *,
+    explain: bool,
+    deadline: Deadline | None,
+) -> Plan:
     check_deployment_flags(deployment, config)  # a flag the build cannot take: refused before the search
     if deployment.has_ctx_range:
         return _plan_ctx_range(cluster, deployment, config, profile, explain=explain, deadline=deadline)

@@ -40,15 +40,16 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
 
     for deployment in fleet.deployments:  # a flag the build cannot take: refused before the search
         check_deployment_flags(deployment, commands_for)
+    from layerfit.files import reading_once
     from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
 
-    with progress_display(args, "replan") as shown:
-        config = FleetConfig(time_limit_s=args.time_limit, executor=Executor(args.executor), progress=shown)
-        result = plan_fleet(fleet, config, commands_for)
-
-    print(result.model_dump_json(indent=2) if args.json else render_fleet(result, fleet.cluster))
-    if args.plot:
-        _draw(args.plot, fleet, result)
+    with reading_once():  # the plot reads the models again
+        with progress_display(args, "replan") as shown:
+            config = FleetConfig(time_limit_s=args.time_limit, executor=Executor(args.executor), progress=shown)
+            result = plan_fleet(fleet, config, commands_for)
+        print(result.model_dump_json(indent=2) if args.json else render_fleet(result, fleet.cluster))
+        if args.plot:
+            _draw(args.plot, fleet, result)
     if result.refused:  # planned around, but bad input all the same
         return EXIT_BAD_INPUT
     return exit_code(result.status) if not result.unplaced or result.placements else EXIT_NO_FIT

@@ -21,6 +21,7 @@ from layerfit.estimators.header_access import (
     TensorGroups,
 )
 from layerfit.estimators.tensor_check import EXPERT_WIDTH_KEY, check_shape, vocabulary_size
+from layerfit.files import read_once
 
 _FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16})
 POOLING_RANK = 4
@@ -149,8 +150,12 @@ class ModelShape(Frozen):
 
 
 def read_gguf(path: str, allow_missing_data: bool = True) -> ModelShape:
-    """Read a GGUF file's header and tensor table and describe the model's shape."""
-    return shape_from_header(read_header(path, allow_missing_data))
+    """Read a GGUF file's header and tensor table and describe the model's shape (once while it is
+    unchanged, within ``files.reading_once``)."""
+    def read() -> ModelShape:
+        return shape_from_header(read_header(path, allow_missing_data))
+
+    return read_once(path, ("shape", allow_missing_data), read)
 
 
 def _experts_used(meta: MetaReader, arch: str, n: int) -> int:

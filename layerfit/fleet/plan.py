@@ -64,9 +64,16 @@ def plan_fleet(
     pins that overflow together) is reported in ``reasons`` and the rest is planned (``screen``);
     the deployments left out are named in ``refused``, and their replicas keep running, their
     memory counted, or are stopped first.
-    A context range is resolved to one context per deployment (``contexts``).
+    A context range is resolved to one context per deployment (``contexts``). Each GGUF file is
+    read once (``files.reading_once``).
     """
+    from layerfit.files import reading_once
 
+    with reading_once():
+        return _plan_fleet(fleet, config, planner_config)
+
+
+def _plan_fleet(fleet: Fleet, config: FleetConfig, planner_config: PlannerConfig) -> FleetPlan:
     if any(d.has_ctx_range for d in fleet.deployments):
         from layerfit.fleet.contexts import plan_with_contexts
 
