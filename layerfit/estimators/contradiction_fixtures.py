@@ -99,6 +99,7 @@ CONTRADICTIONS: dict[str, Contradiction] = {
         "blk.5.attn_k.weight",
     ),
     # what llama.cpp asserts against while reading the hyperparameters, before any tensor
+    "llama-block-count-zero": Contradiction("llama-q4_0", {Keys.LLM.BLOCK_COUNT: 0}, Keys.LLM.BLOCK_COUNT),
     "llama-nextn-layers": Contradiction(
         "llama-q4_0", {Keys.LLM.NEXTN_PREDICT_LAYERS: 5}, Keys.LLM.NEXTN_PREDICT_LAYERS
     ),

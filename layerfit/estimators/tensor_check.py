@@ -63,9 +63,10 @@ ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
 def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
     """Refuse, naming the key, what llama.cpp asserts against when it reads the hyperparameters
-    (``llama_model::load_hparams``, before any tensor): the block and expert limits, at least one of
-    at most ``expert_count`` experts used (the most of any block), expert groups that divide the
-    experts; and a block routing more experts than block 0 where the graph takes block 0's count."""
+    (``llama_model::load_hparams``, before any tensor): the block and expert limits (1 to 512 blocks),
+    at least one of at most ``expert_count`` experts used (the most of any block), expert groups that
+    divide the experts; and a block routing more experts than block 0 where the graph takes block 0's
+    count."""
     experts, blocks = shape.expert_count, shape.block_count
     per_block = meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, blocks, 0)
     used = max(per_block, default=0)
@@ -76,6 +77,7 @@ def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
     rope = meta.integer(Keys.Rope.DIMENSION_COUNT, 0) if meta.has(Keys.Rope.DIMENSION_COUNT) else None
     head_0 = shape.head_count[0] if shape.head_count else 0  # llama.cpp's n_head(): block 0's
     refusals = (
+        (Keys.LLM.BLOCK_COUNT, blocks == 0, "0 blocks, where llama.cpp needs at least one"),
         (
             Keys.LLM.BLOCK_COUNT,
             blocks > LLAMA_MAX_LAYERS,
