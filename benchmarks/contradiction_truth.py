@@ -2,8 +2,9 @@
 
 For every case of ``layerfit.estimators.contradiction_fixtures`` (``CONTRADICTIONS``, which llama.cpp
 should refuse, and ``LOADABLE``, which it should run) this writes the sparse file, runs
-``llama-completion`` on it (CPU, a short context, two tokens) and reads it with the estimator, and
-writes one CSV row: llama.cpp's exit status and error line, the estimator's verdict::
+``llama-completion`` on it (CPU, a short context, two tokens; ``llama-embedding`` for encoders) and
+reads it with the estimator, and writes one CSV row: llama.cpp's exit status and error line, the
+estimator's verdict::
 
     python benchmarks/contradiction_truth.py --llama-cpp ~/.cache/llamacpp-cpu-11434 \\
         --output tests/gguf_fixtures/ground_truth/cpu-contradictions.csv
@@ -23,16 +24,22 @@ from pathlib import Path
 
 from layerfit.errors import EstimationError
 from layerfit.estimators import read_gguf
+from layerfit.estimators.arch_fixtures import ARCH_MODELS
 from layerfit.estimators.contradiction_fixtures import CONTRADICTIONS, LOADABLE, write_contradiction
 
 COLUMNS = ("case", "model", "llama_exit", "llama_error", "layerfit")
 _ERROR = re.compile(r"(llama_model_load: error loading model: .+|GGML_ASSERT\(.+)")
 
 
-def run_llama(build: Path, model: Path) -> tuple[int, str]:
-    """llama.cpp's exit status on the file and its load error line ("" when it ran)."""
-    command = [str(build / "llama-completion"), "-m", str(model), "-c", "256", "-no-cnv", "-n", "2"]
-    command += ["--ignore-eos", "-p", "a a a a", "-lv", "4", "-s", "1", "-t", "1"]
+def run_llama(build: Path, model: Path, encoder: bool = False) -> tuple[int, str]:
+    """llama.cpp's exit status on the file and its load error line ("" when it ran); an encoder runs
+    under llama-embedding."""
+    if encoder:
+        command = [str(build / "llama-embedding"), "-m", str(model), "-c", "256"]
+    else:
+        command = [str(build / "llama-completion"), "-m", str(model), "-c", "256", "-no-cnv", "-n", "2"]
+        command += ["--ignore-eos"]
+    command += ["-p", "a a a a", "-lv", "4", "-s", "1", "-t", "1"]
     environment = {**os.environ, "LD_LIBRARY_PATH": str(build)}
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
     match = _ERROR.search(done.stdout + "\n" + done.stderr)
@@ -56,7 +63,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as directory:
         for name, case in {**CONTRADICTIONS, **LOADABLE}.items():
             path = write_contradiction(directory, name, case, data="sparse")
-            status, error = run_llama(args.llama_cpp, path)
+            status, error = run_llama(args.llama_cpp, path, ARCH_MODELS[case.model].encoder)
             verdict = layerfit_verdict(path)
             path.unlink()
             rows.append({"case": name, "model": case.model, "llama_exit": str(status), "llama_error": error})

@@ -82,6 +82,20 @@ def test_keys_llama_cpp_ignores_are_estimated_with_llama_cpp_numbers(written: di
     assert experts.expert_feed_forward_length == ARCH_MODELS["olmoe-q4_0"].feed_forward_length != 999
 
 
+def test_keys_read_for_other_architectures_or_layers_are_ignored(written: dict[str, Path]) -> None:
+    """Found by benchmarks/loader_diff.py: ``full_attention_interval`` is read by the qwen3next family
+    only (layerfit made every other llama layer recurrent and refused its attn_k), and an encoder runs
+    every layer with layer 0's KV heads (layerfit checked each block's attn_k by its own)."""
+    llama = read_gguf(str(written["llama-full-attention-interval"]))
+    assert llama.head_count_kv == (2,) * 4 and not any(llama.recurrent_layers)
+    hybrid = read_gguf(str(written["granitehybrid-full-attention-interval"]))
+    assert hybrid.recurrent_layers == (True, True, False, True, True, False)
+    for name, heads in (("bert", 16), ("nomic-bert", 16), ("neo-bert", 16)):
+        encoder = read_gguf(str(written[f"{name}-head-count-kv-array"]))
+        assert encoder.head_count_kv == (heads,) * 4, name
+        assert any("head_count_kv varies by layer" in warning for warning in encoder.warnings), name
+
+
 def test_every_fixture_and_real_model_is_accepted(tmp_path: Path) -> None:
     """Architecture models (measured with llama.cpp, with their tokenizer), the ground-truth and
     catalogue models, and the real gemma-3-270m file."""

@@ -171,6 +171,10 @@ ROPE_WHOLE_HEAD = frozenset(
 another at load (llama, deci, falcon, llama-embed) or asserts it building the graph (the others;
 every ``src/models/*.cpp`` with ``GGML_ASSERT(n_embd_head == n_rot)``)."""
 
+FULL_ATTENTION_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "minimax-01", "qwen4exp"})
+"""Architectures whose loader reads ``full_attention_interval`` (every ``interval``-th layer attends,
+the others are recurrent); llama.cpp b11434 ignores the key everywhere else."""
+
 PARALLEL_HYBRID = frozenset({"falcon-h1"})
 """Every layer has both an attention KV cache and a recurrent state."""
 

@@ -143,11 +143,28 @@ LOADABLE: dict[str, Contradiction] = {
         {Keys.LLM.EXPERT_GROUP_COUNT: 4, Keys.LLM.EXPERT_GROUP_USED_COUNT: 2},
         Keys.LLM.EXPERT_GROUP_COUNT,
     ),
+    # found by benchmarks/loader_diff.py: keys llama.cpp reads only for other architectures or layers
+    "llama-full-attention-interval": Contradiction(
+        "llama-q4_0", {Keys.LLM.FULL_ATTENTION_INTERVAL: 2}, Keys.LLM.FULL_ATTENTION_INTERVAL
+    ),
+    "granitehybrid-full-attention-interval": Contradiction(
+        "granitehybrid-q8_0", {Keys.LLM.FULL_ATTENTION_INTERVAL: 4}, Keys.LLM.FULL_ATTENTION_INTERVAL
+    ),
+    "bert-head-count-kv-array": Contradiction(
+        "bert-f16", {Keys.Attention.HEAD_COUNT_KV: (16, 8, 16, 16)}, Keys.Attention.HEAD_COUNT_KV
+    ),
+    "nomic-bert-head-count-kv-array": Contradiction(
+        "nomic-bert-f16", {Keys.Attention.HEAD_COUNT_KV: (16, 16, 8, 16)}, Keys.Attention.HEAD_COUNT_KV
+    ),
+    "neo-bert-head-count-kv-array": Contradiction(
+        "neo-bert-f16", {Keys.Attention.HEAD_COUNT_KV: (16, 16, 16, 8)}, Keys.Attention.HEAD_COUNT_KV
+    ),
 }
 """Files whose key disagrees with the tensors where llama.cpp ignores the key: the tokenizer's
 list sizes the vocabulary, qwen3 runs every layer with layer 0's head count, olmoe's experts
-are as wide as ``feed_forward_length``; and files within llama.cpp's limits that look odd: experts
-used per layer (an array), expert groups."""
+are as wide as ``feed_forward_length``, ``full_attention_interval`` is read by the qwen3next family
+only, an encoder runs every layer with layer 0's KV heads; and files within llama.cpp's limits that
+look odd: experts used per layer (an array), expert groups."""
 
 
 def write_contradiction(

@@ -298,7 +298,7 @@ def _gated(tensors: TensorGroups, arch: str) -> bool:
 def _recurrent_layers(meta: MetaReader, arch: str, n: int) -> tuple[bool, ...]:
     if arch in arch_rules.RECURRENT or arch in arch_rules.PARALLEL_HYBRID:
         return (True,) * n
-    interval = meta.integer(Keys.LLM.FULL_ATTENTION_INTERVAL, 0)
+    interval = meta.integer(Keys.LLM.FULL_ATTENTION_INTERVAL, 0) if arch in arch_rules.FULL_ATTENTION_INTERVAL else 0
     if interval:
         return tuple((layer + 1) % interval != 0 for layer in range(n))
     if arch in arch_rules.HYBRID:
@@ -329,9 +329,15 @@ def _attention(
         )
         heads = (heads[0],) * n
     heads_kv = meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n, -1) if meta.has(Keys.Attention.HEAD_COUNT_KV) else heads
+    if arch in arch_rules.NON_CAUSAL - arch_rules.PER_LAYER_HEADS and len(set(heads_kv)) > 1:
+        warnings.append(
+            f"{meta.key(Keys.Attention.HEAD_COUNT_KV)} varies by layer: llama.cpp runs every layer of this encoder"
+            f" with {heads_kv[0]}"
+        )
+        heads_kv = (heads_kv[0],) * n
     if arch in arch_rules.RECURRENT:
         heads_kv = (0,) * n
-    elif arch in arch_rules.HYBRID or meta.has(Keys.LLM.FULL_ATTENTION_INTERVAL):
+    elif arch in arch_rules.HYBRID or arch in arch_rules.FULL_ATTENTION_INTERVAL:
         heads_kv = tuple(0 if is_recurrent else h for h, is_recurrent in zip(heads_kv, recurrent, strict=True))
     first_heads = next((h for h in heads if h), 0)
     default_length = n_embd // first_heads if first_heads else 0
