@@ -341,32 +341,51 @@ def test_selected_gpu_the_vram_split_leaves_empty_is_placed_as_gpustack_places_i
     assert sorted(ours[0].computed_resource_claim.tensor_split) == [1, 2, 2]
 
 
-def _cpu_worker(worker_id: int, ram_gib: int, reserved_gib: int = 0) -> Worker:
+def _small_worker(worker_id: int, ram_gib: int, reserved_gib: int = 0, gpus_gib: tuple[int, ...] = ()) -> Worker:
+    gpus = [{"index": i, "name": "gpu", "type": "cuda", "memory": {"total": g * GiB}} for i, g in enumerate(gpus_gib)]
     return real_worker(
         {
             "id": worker_id,
-            "name": f"cpu-{worker_id}",
+            "name": f"w{worker_id}",
             "ip": f"10.0.0.{worker_id}",
             "ifname": "eth0",
             "system_reserved": {"ram": reserved_gib * GiB, "vram": 0},
-            "status": {"memory": {"total": ram_gib * GiB, "is_unified_memory": False}, "gpu_devices": []},
+            "status": {"memory": {"total": ram_gib * GiB, "is_unified_memory": False}, "gpu_devices": gpus},
         }
     )
 
 
+_FILLS_W2_GPU0 = {"id": 9, "name": "other", "worker_id": 2, "gpu_indexes": [0], "computed_resource_claim": {"ram": 0}}
+"""A running instance holding all of w2's 8 GiB GPU 0 (its claim is set per test)."""
+
+
 @pytest.mark.parametrize(
-    ("pool", "parameters"),
+    ("pool", "fields", "running"),
     [
         # Found by benchmarks/gpustack_diff.py (seed 10 #56): no GPU anywhere, -ngl 5. GPUStack's
         # partial offload runs and advises on one device; layerfit ended with its last word.
-        ([(1, 64, 0)], ["-ngl", "5"]),
-        ([(1, 64, 64), (2, 64, 0)], ["-ngl", "5"]),  # the first worker, though nothing is left on it
-        ([(1, 64, 0)], ["-ngl", "5", "-ts", "1,1"]),
-        ([(1, 4, 0)], []),  # no -ngl: no partial advice, the CPU advice
+        ([(1, 64)], {"backend_parameters": ["-ngl", "5"]}, []),
+        ([(1, 64, 64), (2, 64)], {"backend_parameters": ["-ngl", "5"]}, []),  # the first worker, though empty
+        ([(1, 64)], {"backend_parameters": ["-ngl", "5", "-ts", "1,1"]}, []),
+        ([(1, 4)], {}, []),  # no -ngl: no partial advice, the CPU advice
+        # Found by the differential (seed 18 #3): GPUStack counts the GPUs with VRAM before it looks
+        # at each selected one, so a selection across workers with one GPU left skips the distributed
+        # search unannounced (its last word); layerfit said the empty selected GPU lacked VRAM.
+        (
+            [(1, 64, 0, (20,)), (2, 64, 0, (8,))],
+            {"gpu_selector": GPUSelector(gpu_ids=["w1:cuda:0", "w2:cuda:0"]), "cpu_offloading": False},
+            [{**_FILLS_W2_GPU0, "computed_resource_claim": {"ram": 0, "vram": {0: 8 * GiB}}}],
+        ),
+        # GPUStack counts every worker for its distributed search, CPU-only ones too: with one worker
+        # of GPUs it runs and says no GPU can serve RPC, and that advice comes before the partial one.
+        ([(1, 64, 0, (3, 3)), (2, 64)], {"backend_parameters": ["-ngl", "9"]}, []),
     ],
 )
-def test_messages_match_gpustacks_without_any_gpu(
-    monkeypatch: pytest.MonkeyPatch, pool: list[tuple[int, int, int]], parameters: list[str]
+def test_messages_match_gpustacks_on_small_clusters(
+    monkeypatch: pytest.MonkeyPatch,
+    pool: list[tuple[Any, ...]],
+    fields: dict[str, Any],
+    running: list[dict[str, Any]],
 ) -> None:
     from gpustack.policies.candidate_selectors import gguf_resource_fit_selector as gguf_module
 
@@ -375,12 +394,14 @@ def test_messages_match_gpustacks_without_any_gpu(
     )
     table = ParserTable(profile)
     monkeypatch.setattr(gguf_module, "calculate_gguf_model_resource_claim", table)
-    model = gguf_model(backend_parameters=parameters, distributed_inference_across_workers=False)
-    theirs = gguf_module.GGUFResourceFitSelector(model, [], None, resource_view=ResourceView([]))
-    assert asyncio.run(theirs.select_candidates([_cpu_worker(*spec) for spec in pool])) == []
+    model = gguf_model(**{"distributed_inference_across_workers": len(pool) > 1, **fields})
+    instances = [real_instance(data) for data in running]
+    view = ResourceView(instances)
+    theirs = gguf_module.GGUFResourceFitSelector(model, instances, None, resource_view=view)
+    assert asyncio.run(theirs.select_candidates([_small_worker(*spec) for spec in pool])) == []
     config = PlannerConfig(offload_order=OffloadOrder.OUTPUT_LAST, time_limit_s=2)
-    ours = LayerfitGGUFSelector(model, [], None, resource_view=ResourceView([]), profile=profile, config=config)
-    assert asyncio.run(ours.select_candidates([_cpu_worker(*spec) for spec in pool])) == []
+    ours = LayerfitGGUFSelector(model, instances, None, resource_view=view, profile=profile, config=config)
+    assert asyncio.run(ours.select_candidates([_small_worker(*spec) for spec in pool])) == []
     assert ours.get_messages() == theirs.get_messages()
 
 

@@ -720,6 +720,26 @@ GIB_PROFILE = MemoryProfile.uniform(
             "- The largest available worker provides 0.0 GiB VRAM and 0.0 GiB RAM. "
             "Try offloading fewer layers to lower resource required.",
         ),
+        # A selection across workers whose GPU b:0 has nothing left: GPUStack counts GPUs with VRAM
+        # (one) before it looks at each selected GPU, so its distributed search is skipped without a
+        # word and its last word names the selection (found by benchmarks/gpustack_diff.py, seed 18
+        # #3: layerfit said b:0 lacked VRAM).
+        (
+            (worker("a", 20 * GiB, ram=20 * GiB), worker("b", 0, ram=20 * GiB)),
+            {"select": ("a:cuda:0", "b:cuda:0"), "distributed_inference_across_workers": True},
+            "- The model requires approximately 12.5 GiB VRAM and 1.0 GiB RAM.\n"
+            "- Selected GPUs do not meet the requirements to run the model.",
+        ),
+        # One worker of GPUs beside a CPU-only one, distributed, -ngl 9: GPUStack counts every worker,
+        # so its distributed search runs and finds no RPC server (its one-layer floor: the output
+        # layer, offloaded first here, 2 + 0.5 = 2.5 GiB); its advice comes before the partial one.
+        # layerfit skipped the search.
+        (
+            (worker("a", 3 * GiB, 3 * GiB, ram=20 * GiB), worker("b", ram=20 * GiB)),
+            {"distributed_inference_across_workers": True, "ngl": 9},
+            "- The model requires approximately 2.5 GiB VRAM.\n"
+            "- Current GPUs lacks enough VRAM to serve as an RPC server.",
+        ),
         # No main worker: no GPU holds one layer (2.5 GiB). With -ngl 5 the full-offload strategies
         # are skipped, and the distributed advice comes before the partial one in GPUStack's order.
         (

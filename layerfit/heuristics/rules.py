@@ -32,20 +32,22 @@ def selection_in_force(deployment: Deployment) -> tuple[Selection | None, tuple[
     return grouped, ()
 
 
-def precheck(ctx: Context, resources_checked: bool = True) -> StrategyResult:
+def precheck(ctx: Context, resources_checked: bool = True, selection_checked: bool = True) -> StrategyResult:
     """Errors that rule out every strategy, and notes about adjusted parameters.
 
-    In GPUStack's order: the ``-ngl`` error first, which ends the checks; the resource checks (nothing
-    allocatable, selected GPUs too small) only when ``resources_checked``, i.e. when some strategy
-    passes the switch, parameter and selection rules (GPUStack checks resources after those, per
-    strategy). Unknown workers and GPUs in the selection are always reported.
+    In GPUStack's order: the ``-ngl`` error first, which ends the checks; nothing allocatable only
+    when ``resources_checked``, i.e. when some strategy passes the switch, parameter and selection
+    rules (GPUStack checks resources after those, per strategy); selected GPUs too small only when
+    ``selection_checked``, i.e. when some strategy also passes the worker and GPU counts, which
+    GPUStack checks before it looks at each selected GPU. Unknown workers and GPUs in the selection
+    are always reported.
     """
     reasons: list[Reason] = []
     notes: list[Note] = []
+    gates = {_nothing_allocatable: resources_checked, _selection_errors: selection_checked}
     for check in (_gpu_layers_capped, _gpu_layers_need_cpu, _nothing_allocatable, _selection_errors):
         found = check(ctx)
-        resource_check = check in (_nothing_allocatable, _selection_errors)
-        if resource_check and (not resources_checked or any(_shown(reason) for reason in reasons)):
+        if check in gates and (not gates[check] or any(_shown(reason) for reason in reasons)):
             found = [reason for reason in found if reason.kind in _INPUT_ERRORS]
         reasons.extend(found)
         notes.extend(_error_note(reason) for reason in _first_vram_error_only(found) if _shown(reason))
@@ -270,10 +272,12 @@ def has_usable_gpu_or_none_at_all(ctx: Context, action: Action) -> Skip | None:
     return has_usable_gpu(ctx, action)
 
 
-def two_gpu_workers(ctx: Context, action: Action) -> Skip | None:
-    if sum(1 for worker in ctx.workers if worker.gpus) >= 2:
+def two_workers(ctx: Context, action: Action) -> Skip | None:
+    """GPUStack counts every worker here, with or without a GPU or anything allocatable: with one
+    worker of GPUs beside CPU-only ones its distributed search runs, and says no GPU can serve RPC."""
+    if len(ctx.cluster.workers) >= 2:
         return None
-    return _skip(action, ReasonKind.STRATEGY_SKIPPED, "workers", "fewer than two workers have allocatable VRAM")
+    return _skip(action, ReasonKind.STRATEGY_SKIPPED, "workers", "fewer than two workers")
 
 
 def two_usable_gpus(ctx: Context, action: Action) -> Skip | None:
@@ -285,10 +289,13 @@ def two_usable_gpus(ctx: Context, action: Action) -> Skip | None:
 RESOURCE_RULES: tuple[SkipRule, ...] = (
     has_usable_gpu,
     has_usable_gpu_or_none_at_all,
-    two_gpu_workers,
+    two_workers,
     two_usable_gpus,
 )
 """The rules GPUStack applies after the switch, parameter and selection rules (its allocatable checks)."""
+
+GPU_PRESENCE_RULES: tuple[SkipRule, ...] = (has_usable_gpu, has_usable_gpu_or_none_at_all)
+"""The allocatable checks before the worker and GPU counts (nothing allocatable is its own pre-check)."""
 
 
 def first_skip(ctx: Context, action: Action, rules: tuple[SkipRule, ...]) -> Skip | None:

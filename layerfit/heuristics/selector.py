@@ -50,12 +50,8 @@ def plan(
     )
     selection, reasons = rules.selection_in_force(deployment)
     ctx = build_context(cluster, deployment, resolve_profile(deployment, profile), config, selection, budget)
-    resources_checked = any(
-        rules.first_skip(ctx, strategy.action, tuple(r for r in strategy.skip_rules if r not in rules.RESOURCE_RULES))
-        is None
-        for strategy in STRATEGIES
-    )
-    pre = rules.precheck(ctx, resources_checked)
+    resources_checked = _reached(ctx, rules.RESOURCE_RULES)
+    pre = rules.precheck(ctx, resources_checked, _reached(ctx, rules.GPU_PRESENCE_RULES))
     all_reasons: list[Reason] = [*reasons, *pre.reasons]
     notes: list[Note] = list(pre.notes)
     winner: Strategy | None = None
@@ -101,6 +97,14 @@ def plan(
         reasons=tuple(all_reasons),
         messages=shown_messages(notes, bool(candidates)),
         stats=(stats,),
+    )
+
+
+def _reached(ctx: Context, unchecked: tuple[rules.SkipRule, ...]) -> bool:
+    """Some strategy passes every skip rule but ``unchecked``: GPUStack's checks up to that point."""
+    return any(
+        rules.first_skip(ctx, strategy.action, tuple(r for r in strategy.skip_rules if r not in unchecked)) is None
+        for strategy in STRATEGIES
     )
 
 

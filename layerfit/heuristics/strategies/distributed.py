@@ -289,7 +289,7 @@ STRATEGY = Strategy(
         rules.gpu_layers_some,
         rules.selection_across_workers,
         rules.has_usable_gpu,
-        rules.two_gpu_workers,
+        rules.two_workers,
         rules.two_usable_gpus,
     ),
     search=search,
