@@ -47,13 +47,15 @@ def test_a_contradicting_file_is_refused_naming_key_tensor_and_values(written: d
     error = caught.value
     assert error.where == _expanded(case.key, case.model), str(error)
     assert case.tensor in error.problem and "llama.cpp refuses" in error.problem, str(error)
-    assert any(str(value) in error.problem for value in [*_numbers(case.metadata), case.vocab_size]), str(error)
+    values = [*_values(case.metadata), *([case.vocab_size] if case.vocab_size else []), case.tokenizer_model]
+    assert any(str(value) in error.problem for value in values if value != ""), str(error)
 
 
-def _numbers(metadata: dict[str, int | tuple[int, ...] | None]) -> list[int]:
-    values: list[int] = []
+def _values(metadata: dict[str, int | str | tuple[int, ...] | None]) -> list[int | str]:
+    """The values written, or the words of a missing key's refusal."""
+    values: list[int | str] = []
     for value in metadata.values():
-        values += list(value) if isinstance(value, tuple) else [value] if value is not None else []
+        values += list(value) if isinstance(value, tuple) else [value] if value is not None else ["missing"]
     return values
 
 

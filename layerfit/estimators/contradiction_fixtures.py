@@ -31,6 +31,8 @@ class Contradiction(NamedTuple):
     """A tensor the refusal names ("" where it names none)."""
     vocab_size: int = 0
     """A tokenizer of this many tokens instead of the model's (0: the model's)."""
+    tokenizer_model: str = ""
+    """``tokenizer.ggml.model`` instead of the test tokenizer ("": the test tokenizer)."""
 
 
 CONTRADICTIONS: dict[str, Contradiction] = {
@@ -100,6 +102,17 @@ CONTRADICTIONS: dict[str, Contradiction] = {
     ),
     # what llama.cpp asserts against while reading the hyperparameters, before any tensor
     "llama-block-count-zero": Contradiction("llama-q4_0", {Keys.LLM.BLOCK_COUNT: 0}, Keys.LLM.BLOCK_COUNT),
+    # keys of another GGUF type than llama.cpp reads them as, missing, or of the wrong length
+    "llama-context-length-missing": Contradiction(
+        "llama-q4_0", {Keys.LLM.CONTEXT_LENGTH: None}, Keys.LLM.CONTEXT_LENGTH
+    ),
+    "llama-rope-freq-base-integer": Contradiction("llama-q4_0", {Keys.Rope.FREQ_BASE: 10000}, Keys.Rope.FREQ_BASE),
+    "llama-causal-integer": Contradiction("llama-q4_0", {Keys.Attention.CAUSAL: 1}, Keys.Attention.CAUSAL),
+    "llama-name-integer": Contradiction("llama-q4_0", {Keys.General.NAME: 7}, Keys.General.NAME),
+    "llama-feed-forward-array-length": Contradiction(
+        "llama-q4_0", {Keys.LLM.FEED_FORWARD_LENGTH: (2816,) * 5}, Keys.LLM.FEED_FORWARD_LENGTH
+    ),
+    "llama-tokenizer-unknown": Contradiction("llama-q4_0", {}, Keys.Tokenizer.MODEL, tokenizer_model="sentencepiece"),
     "llama-nextn-layers": Contradiction(
         "llama-q4_0", {Keys.LLM.NEXTN_PREDICT_LAYERS: 5}, Keys.LLM.NEXTN_PREDICT_LAYERS
     ),
@@ -180,5 +193,6 @@ def write_contradiction(
         }
     )
     path = Path(directory) / f"{name}.gguf"
-    write_gguf(path, changed, data=data, tokenizer=True, tensors=tensors, tokenizer_model=TOKENIZER)
+    model = case.tokenizer_model or TOKENIZER
+    write_gguf(path, changed, data=data, tokenizer=True, tensors=tensors, tokenizer_model=model)
     return path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from layerfit.estimators.gguf_constants import GGUFValueType
 from layerfit.estimators.gguf_cursor import MAX_STRINGS, SCALAR_FORMATS, Cursor
-from layerfit.estimators.gguf_types import ArrayInfo, MetaValue, SkippedString
+from layerfit.estimators.gguf_types import ArrayInfo, KeyType, MetaValue, SkippedString
 
 MAX_KEY_BYTES = 65535
 KEEP_ARRAY_ITEMS = 4096
@@ -22,17 +22,17 @@ def _value_type(cursor: Cursor, what: str) -> GGUFValueType:
         raise cursor.error(f"{what}: unknown value type {code}", at) from None
 
 
-def _read_value(cursor: Cursor, vtype: GGUFValueType, key: str) -> MetaValue:
+def _read_value(cursor: Cursor, vtype: GGUFValueType, key: str) -> tuple[MetaValue, KeyType]:
     if vtype is GGUFValueType.STRING:
-        return cursor.string_or_skip(f"value of {key}")
+        return cursor.string_or_skip(f"value of {key}"), KeyType(vtype)
     if vtype is GGUFValueType.ARRAY:
-        return _read_array(cursor, key)
-    return cursor.unpack(SCALAR_FORMATS[vtype], f"value of {key}")
+        at = cursor.pos
+        item_type = _value_type(cursor, f"item type of {key}")
+        return _read_array(cursor, key, item_type, at), KeyType(vtype, item_type)
+    return cursor.unpack(SCALAR_FORMATS[vtype], f"value of {key}"), KeyType(vtype)
 
 
-def _read_array(cursor: Cursor, key: str) -> MetaValue:
-    at = cursor.pos
-    item_type = _value_type(cursor, f"item type of {key}")
+def _read_array(cursor: Cursor, key: str, item_type: GGUFValueType, at: int) -> MetaValue:
     count = cursor.u64(f"length of {key}")
     if item_type is GGUFValueType.ARRAY:
         raise cursor.error(f"{key}: arrays of arrays are not supported", at)
@@ -72,13 +72,15 @@ def _small_string_array(cursor: Cursor, key: str, count: int) -> MetaValue:
     return tuple(items)
 
 
-def read_metadata(cursor: Cursor, kv_count: int) -> dict[str, MetaValue]:
+def read_metadata(cursor: Cursor, kv_count: int) -> tuple[dict[str, MetaValue], dict[str, KeyType]]:
+    """The entries' values, and the GGUF type each was written as."""
     metadata: dict[str, MetaValue] = {}
+    types: dict[str, KeyType] = {}
     for i in range(kv_count):
         at = cursor.pos
         key = cursor.utf8_string(f"key of metadata entry {i}", MAX_KEY_BYTES)
         if key in metadata:
             raise cursor.error(f"duplicate metadata key {key!r}", at)
         vtype = _value_type(cursor, f"type of {key}")
-        metadata[key] = _read_value(cursor, vtype, key)
-    return metadata
+        metadata[key], types[key] = _read_value(cursor, vtype, key)
+    return metadata, types

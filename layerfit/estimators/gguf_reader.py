@@ -31,7 +31,7 @@ from layerfit.estimators.gguf_constants import (
 )
 from layerfit.estimators.gguf_cursor import MAX_STRING_BYTES, MAX_STRINGS, Cursor
 from layerfit.estimators.gguf_metadata import KEEP_ARRAY_ITEMS, KEEP_STRING_ITEMS, MAX_KEY_BYTES, read_metadata
-from layerfit.estimators.gguf_types import ArrayInfo, GgufHeader, MetaValue, SkippedString, TensorInfo
+from layerfit.estimators.gguf_types import ArrayInfo, GgufHeader, KeyType, MetaValue, SkippedString, TensorInfo
 from layerfit.estimators.sanity import check_metadata
 from layerfit.files import open_regular
 
@@ -140,6 +140,7 @@ class _Shard(NamedTuple):
     tensors: tuple[TensorInfo, ...]
     size: int
     data_start: int
+    key_types: dict[str, KeyType]
 
 
 def _alignment(cursor: Cursor, metadata: Mapping[str, MetaValue]) -> int:
@@ -174,12 +175,12 @@ def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
             raise cursor.error(f"metadata entry count {kv_count} exceeds the limit of {MAX_METADATA_ENTRIES}", 16)
         if tensor_count > MAX_TENSORS:
             raise cursor.error(f"tensor count {tensor_count} exceeds the limit of {MAX_TENSORS}", 8)
-        metadata = read_metadata(cursor, kv_count)
+        metadata, key_types = read_metadata(cursor, kv_count)
         alignment = _alignment(cursor, metadata)
         raw = [_read_tensor_info(cursor, i) for i in range(tensor_count)]
     data_start = -(-cursor.pos // alignment) * alignment
     tensors = _check_tensors(path, raw, alignment, data_start, size, file_index, allow_missing_data)
-    return _Shard(path, version, alignment, metadata, tensors, size, data_start)
+    return _Shard(path, version, alignment, metadata, tensors, size, data_start, key_types)
 
 
 def _check_tensors(
@@ -292,6 +293,7 @@ def read_header(path: str | os.PathLike[str], allow_missing_data: bool = True) -
         files=tuple(shard.path for shard in shards),
         file_bytes=sum(shard.size for shard in shards),
         header_bytes=sum(min(shard.data_start, shard.size) for shard in shards),
+        key_types=main.key_types,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from layerfit.errors import EstimationError
@@ -28,6 +28,13 @@ class SkippedString:
 
 
 MetaValue = int | float | bool | str | tuple[int | float | bool | str, ...] | ArrayInfo | SkippedString
+
+
+class KeyType(NamedTuple):
+    """The GGUF type a metadata value was written as, and its items' type for an array."""
+
+    value: GGUFValueType
+    item: GGUFValueType | None = None
 
 
 class TensorInfo(NamedTuple):
@@ -57,6 +64,8 @@ class GgufHeader:
     """Size of all shards together."""
     header_bytes: int
     """Bytes before the tensor data, all shards together (metadata, tokenizer, tensor table)."""
+    key_types: Mapping[str, KeyType] = field(default_factory=dict)
+    """The GGUF type of each metadata value (llama.cpp refuses a key it reads as another type)."""
 
     @property
     def architecture(self) -> str:

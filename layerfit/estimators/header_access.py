@@ -72,7 +72,7 @@ class MetaReader:
         if isinstance(value, tuple):
             if len(value) != n:
                 raise EstimationError(self.path, key, f"has {len(value)} entries for {n} blocks")
-            if not all(isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value):
+            if not all(isinstance(item, int) and item >= 0 for item in value):  # booleans read as 0 and 1
                 raise EstimationError(self.path, key, "expected non-negative integers")
             return tuple(int(item) for item in value)
         if isinstance(value, ArrayInfo):

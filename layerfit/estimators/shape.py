@@ -20,6 +20,7 @@ from layerfit.estimators.header_access import (
     MetaReader,
     TensorGroups,
 )
+from layerfit.estimators.key_check import check_keys, check_required, check_tokenizer
 from layerfit.estimators.tensor_check import EXPERT_WIDTH_KEY, check_shape, vocabulary_size
 from layerfit.files import read_once
 
@@ -172,6 +173,8 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     if arch == "clip":
         problem = "a multimodal projector, not a language model: pass it as --mmproj"
         raise EstimationError(header.path, Keys.General.ARCHITECTURE, problem)
+    check_keys(header.path, arch, header.metadata, header.key_types)
+    check_tokenizer(header.path, header.metadata, header.key_types)
     meta = MetaReader(header.path, header.metadata, arch)
     warnings: list[str] = []
     if arch not in arch_rules.KNOWN_ARCHITECTURES:
@@ -184,6 +187,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
             f"{n} blocks, but the file has only {len(header.tensors)} tensors",
         )
     n_embd = meta.integer(Keys.LLM.EMBEDDING_LENGTH)
+    check_required(header.path, arch, header.metadata)
     tensors = TensorGroups(header.tensors, n)
     if tensors.stray:
         warnings.append(f"{len(tensors.stray)} tensors name blocks beyond block_count {n}; kept on the host")
