@@ -4,8 +4,10 @@ description for ``--verbose``."""
 
 from __future__ import annotations
 
-from gpustack_diff_scenarios import Scenario
-from gpustack_diff_sides import Outcome
+from gpustack.policies.resource_view import ResourceView
+from gpustack_diff_scenarios import Scenario, gpustack_instance
+from gpustack_diff_sides import Normal, Outcome
+from vs_gpustack import gpustack_worker
 
 from layerfit.domain import GiB
 
@@ -117,7 +119,31 @@ def documented(case: Scenario, theirs: Outcome, ours: Outcome, kinds: list[str])
         set(kinds) & {"found-only-layerfit", "layers-more"}
         or (only_ours and all(c.rpc for c in only_ours) and not any(c.rpc for c in theirs.candidates))
     ):
-        return "distributed-main-ram"  # GPUStack's main worker (most VRAM) is short of RAM
+        return _distributed_main_label(case, [c for c in ours.candidates if c.rpc])
+    return "unexplained"
+
+
+def _allocatable_vram(case: Scenario) -> dict[str, dict[int, int]]:
+    """Each worker's allocatable VRAM per GPU, by GPUStack's own ``ResourceView``."""
+    view = ResourceView([gpustack_instance(i) for i in case.instances])
+    return {w["name"]: dict(view.allocatable(gpustack_worker(w)).vram) for w in case.workers}
+
+
+def _distributed_main_label(case: Scenario, distributed: list[Normal]) -> str:
+    """Why only layerfit's distributed search found these: its main worker is not GPUStack's (the
+    most allocatable VRAM, short of RAM), or it is and they leave out some of its GPUs (too small
+    for a layer: GPUStack splits over all of them, and such a GPU given a layer sinks every
+    combination). GPUStack's main is taken here as the most VRAM over all GPUs (it counts the GPUs
+    that hold a layer): a worker whose small GPUs alone make it the richest shows as unexplained."""
+    if not distributed:
+        return "unexplained"
+    vram = _allocatable_vram(case)
+    richest = max(vram, key=lambda name: sum(vram[name].values()))  # the first of equals, as GPUStack
+    if all(c.main != richest for c in distributed):
+        return "distributed-main-ram"
+    left_out = [{i for i, v in vram[c.main].items() if v > 0} - set(c.gpus) for c in distributed]
+    if all(c.main == richest for c in distributed) and all(left_out):
+        return "distributed-main-small-gpu"
     return "unexplained"
 
 

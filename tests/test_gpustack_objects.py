@@ -405,13 +405,11 @@ def test_messages_match_gpustacks_on_small_clusters(
     assert ours.get_messages() == theirs.get_messages()
 
 
-def test_differential_labels_gpustacks_one_gpu_count_at_gpu_layers(monkeypatch: pytest.MonkeyPatch) -> None:
-    # -ngl 9 over one worker's four 6 GiB GPUs, gguf-parser's table (output layer offloaded last,
-    # so 9 blocks of 1 GiB, 2 GiB fixed per GPU). With -ngl GPUStack tries one GPU count, the fewest
-    # whose VRAM adds up to the one-GPU claim (2 + 9 = 11 GiB: two GPUs, 12): split 5 + 4 blocks,
-    # 7 GiB on the first, too much; it stops there and finds nothing. layerfit goes on to three
-    # GPUs (3 blocks each, 5 GiB). A documented difference (partial-every-candidate); the
-    # differential called it unexplained when only layerfit found something (seed 12 #25).
+def _differential(
+    monkeypatch: pytest.MonkeyPatch, workers: list[dict[str, Any]], tags: list[str], **fields: Any
+) -> tuple[Any, Any, list[str], str]:
+    """Both sides of benchmarks/gpustack_diff.py on one hand-made scenario (the GiB profile of
+    tests/test_heuristic.py): GPUStack's outcome, layerfit's, the kinds of divergence and the label."""
     from gpustack.policies.candidate_selectors import gguf_resource_fit_selector as gguf_module
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "benchmarks"))
@@ -423,21 +421,53 @@ def test_differential_labels_gpustacks_one_gpu_count_at_gpu_layers(monkeypatch: 
     profile = MemoryProfile.uniform(
         10, 9 * GiB // 10, GiB // 10, output_weight_bytes=GiB // 2, gpu_fixed_bytes=2 * GiB, host_fixed_bytes=GiB
     )
-    worker = {"id": 1, "name": "w", "ram": 64 * GiB, "gpus": [6 * GiB] * 4, "type": "cuda", "unified": False}
-    model = {
-        "name": "m",
-        "backend_parameters": ["-ngl", "9"],
-        "cpu_offloading": True,
-        "distributed_inference_across_workers": False,
-        "placement_strategy": "binpack",
-    }
-    tags = ["gpu-worker", "ngl-some", "single-worker", "cpu-offload"]
-    case = Scenario(0, [{**worker, "reserved": (0, 0)}], [], model, "uniform", profile, tags)
+    model = {"name": "m", "backend_parameters": [], "placement_strategy": "binpack", **fields}
+    pool = [{"type": "cuda", "unified": False, "reserved": (0, 0), **worker} for worker in workers]
+    case = Scenario(0, pool, [], model, "uniform", profile, tags)
     theirs, ours = run_gpustack(case), run_layerfit(case)
+    kinds = compare(case, theirs, ours)
+    return theirs, ours, kinds, documented(case, theirs, ours, kinds) if kinds else ""
+
+
+def test_differential_labels_gpustacks_one_gpu_count_at_gpu_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # -ngl 9 over one worker's four 6 GiB GPUs, gguf-parser's table (output layer offloaded last,
+    # so 9 blocks of 1 GiB, 2 GiB fixed per GPU). With -ngl GPUStack tries one GPU count, the fewest
+    # whose VRAM adds up to the one-GPU claim (2 + 9 = 11 GiB: two GPUs, 12): split 5 + 4 blocks,
+    # 7 GiB on the first, too much; it stops there and finds nothing. layerfit goes on to three
+    # GPUs (3 blocks each, 5 GiB). A documented difference (partial-every-candidate); the
+    # differential called it unexplained when only layerfit found something (seed 12 #25).
+    worker = {"id": 1, "name": "w", "ram": 64 * GiB, "gpus": [6 * GiB] * 4}
+    tags = ["gpu-worker", "ngl-some", "single-worker", "cpu-offload"]
+    theirs, ours, kinds, label = _differential(
+        monkeypatch,
+        [worker],
+        tags,
+        backend_parameters=["-ngl", "9"],
+        cpu_offloading=True,
+        distributed_inference_across_workers=False,
+    )
     assert theirs.candidates == [] and "to offload 9 layers" in theirs.messages[0]
     assert {(c.main, c.gpus, c.layers) for c in ours.candidates} == {
         ("w", gpus, 9) for gpus in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3))
     }
-    kinds = compare(case, theirs, ours)
-    assert kinds == ["found-only-layerfit", "messages"]
-    assert documented(case, theirs, ours, kinds) == "partial-every-candidate"
+    assert (kinds, label) == (["found-only-layerfit", "messages"], "partial-every-candidate")
+
+
+def test_differential_labels_a_distributed_main_gpu_too_small_for_a_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Main worker a (9 + 2 GiB GPUs, the most VRAM) and an RPC server b:0 (8 GiB), full offload of
+    # 11 layers. GPUStack splits over all of a's GPUs: a:1 (2 GiB) gets the output layer and more
+    # than it holds, and every combination fails. layerfit leaves a:1 out (one layer needs 3 GiB):
+    # b 5 blocks (7 GiB), a:0 5 blocks and the output layer (7.5 GiB). Seed 11 #82 (six GPUs of a
+    # main worker kept, two of 7 GiB left out, 8 RPC servers) was labelled distributed-main-ram,
+    # although GPUStack's main worker had the RAM.
+    workers = [
+        {"id": 1, "name": "a", "ram": 64 * GiB, "gpus": [9 * GiB, 2 * GiB]},
+        {"id": 2, "name": "b", "ram": 64 * GiB, "gpus": [8 * GiB]},
+    ]
+    tags = ["gpu-worker", "distributed", "no-cpu"]
+    theirs, ours, kinds, label = _differential(
+        monkeypatch, workers, tags, cpu_offloading=False, distributed_inference_across_workers=True
+    )
+    assert theirs.candidates == []
+    assert [(c.main, c.gpus, c.rpc, c.layers) for c in ours.candidates] == [("a", (0,), (("b", 0),), 11)]
+    assert (kinds, label) == (["found-only-layerfit", "messages"], "distributed-main-small-gpu")

@@ -17,7 +17,8 @@ devices in llama.cpp order); the skip rules for ``--gpu-layers``,
 Fixed on purpose:
 
 * a worker short of RAM that owns the largest GPU no longer ends the single-GPU search;
-* the distributed main worker must have RAM for the main process, not only the most VRAM;
+* the distributed main worker must have RAM for the main process, not only the most VRAM, and
+  its GPUs too small for a layer are left out of its devices, as in the other strategies;
 * a user ``--tensor-split`` goes through llama.cpp's split rule (GPUStack adds its shares up as
   if they were bytes, so a user split never fits);
 * multi-GPU partial offload does not stop at a GPU count that found nothing (GPUStack's stop
