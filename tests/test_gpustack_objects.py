@@ -368,6 +368,12 @@ _FILLS_W2_GPU0 = {"id": 9, "name": "other", "worker_id": 2, "gpu_indexes": [0], 
         ([(1, 64, 64), (2, 64)], {"backend_parameters": ["-ngl", "5"]}, []),  # the first worker, though empty
         ([(1, 64)], {"backend_parameters": ["-ngl", "5", "-ts", "1,1"]}, []),
         ([(1, 4)], {}, []),  # no -ngl: no partial advice, the CPU advice
+        # Nothing allocatable on a cluster without GPUs: no pre-check in GPUStack, whose strategies
+        # advise as above, or its last word when none runs; layerfit gave the CPU advice always.
+        ([(1, 64, 64)], {"backend_parameters": ["-ngl", "5"]}, []),
+        ([(1, 64, 64)], {"cpu_offloading": False}, []),
+        ([(1, 64, 64)], {"backend_parameters": ["-ngl", "11"]}, []),
+        ([(1, 64, 64)], {}, []),
         # Found by the differential (seed 18 #3): GPUStack counts the GPUs with VRAM before it looks
         # at each selected one, so a selection across workers with one GPU left skips the distributed
         # search unannounced (its last word); layerfit said the empty selected GPU lacked VRAM.

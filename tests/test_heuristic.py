@@ -702,6 +702,22 @@ GIB_PROFILE = MemoryProfile.uniform(
             {},
             "- The model requires approximately 11.5 GiB RAM.\n- The largest available worker provides 0.0 GiB RAM.",
         ),
+        # That is the CPU strategy's advice: GPUStack has no such pre-check without GPUs. With -ngl 5
+        # its partial strategy advises instead, and with nothing to run its last word is shown
+        # (layerfit gave the CPU advice whatever the deployment asked).
+        (
+            (worker("a", ram=0),),
+            {"ngl": 5},
+            "- The model requires approximately 6.5 GiB VRAM and 7.0 GiB RAM to offload 5 layers.\n"
+            "- The largest available worker provides 0.0 GiB VRAM and 0.0 GiB RAM. "
+            "Try offloading fewer layers to lower resource required.",
+        ),
+        (
+            (worker("a", ram=0),),
+            {"cpu_offloading": False},
+            "- The model requires approximately 12.5 GiB VRAM and 1.0 GiB RAM.\n"
+            "- Cannot find a suitable worker combination to run the model.",
+        ),
         # No GPU in the cluster, -ngl 5 with CPU offloading: GPUStack's allocatable checks let its
         # partial offload run, and its advice prices -ngl 5 on one device as gguf-parser does
         # without -ts (the case above: 6.5 GiB VRAM, 7 GiB RAM) against the first worker, even

@@ -15,7 +15,6 @@ from layerfit.domain.plan import Reason, ReasonKind, Severity
 from layerfit.heuristics.context import Context, Skip, StrategyResult
 from layerfit.heuristics.notes import Action, Level, Note, gib
 from layerfit.heuristics.views import Selection
-from layerfit.memory import claims
 
 SkipRule = Callable[[Context, Action], Skip | None]
 
@@ -101,10 +100,12 @@ def _gpu_layers_need_cpu(ctx: Context) -> list[Reason]:
 def _nothing_allocatable(ctx: Context) -> list[Reason]:
     """No worker has anything allocatable: what GPUStack says then, in its words.
 
-    GPUStack searches on: a selection gets its no-allocatable-VRAM error, GPUs get its no-available-
-    resources note, and a cluster without GPUs the CPU advice. Shown as the pre-check error here.
-    A selection none of whose GPUs has allocatable VRAM gets that error too, whatever RAM is left
-    (GPUStack counts GPUs with VRAM, before it looks at each selected GPU).
+    A selection gets its no-allocatable-VRAM error, GPUs its no-available-resources note (shown as
+    the pre-check error here), no worker at all its insufficient-resources error. A cluster without
+    GPUs is searched on, as GPUStack searches it: its CPU or partial strategy gives the advice, or
+    nothing runs and its last word is shown. A selection none of whose GPUs has allocatable VRAM
+    gets the selection's error too, whatever RAM is left (GPUStack counts GPUs with VRAM, before
+    it looks at each selected GPU).
     """
     if ctx.workers and (ctx.selection is None or ctx.gpus or not _selection_exists(ctx)):
         return []
@@ -115,11 +116,7 @@ def _nothing_allocatable(ctx: Context) -> list[Reason]:
     elif not ctx.cluster.workers:
         message = "Insufficient resources for the model. Please check the available VRAM and RAM for the workers."
     else:
-        cpu_only = claims(ctx.profile, ctx.evaluator.shape(0, (1.0,)))
-        message = (
-            f"The model requires approximately {gib(cpu_only.total_ram_bytes)} GiB RAM. "
-            f"The largest available worker provides {gib(0)} GiB RAM."
-        )
+        return []
     return [Reason(kind=ReasonKind.NO_CANDIDATE, resource="workers", message=message)]
 
 

@@ -12,7 +12,7 @@ from layerfit.heuristics.context import Context, StrategyResult
 from layerfit.heuristics.notes import Action
 from layerfit.heuristics.placement import Placement, placement
 from layerfit.heuristics.rules import SkipRule
-from layerfit.heuristics.views import GpuView, WorkerView
+from layerfit.heuristics.views import GpuView, WorkerView, worker_view
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,14 @@ def advised_need(ctx: Context, where: Placement, n_gpu_layers: int) -> Claims:
     if not where.devices:
         return ctx.evaluator.claims(ctx.evaluator.shape(n_gpu_layers, (1.0,)), frozenset())
     return ctx.evaluator.claims(ctx.evaluator.layout(where, n_gpu_layers), frozenset())
+
+
+def advised_worker(ctx: Context) -> WorkerView:
+    """GPUStack's ``workers[0]``: the most allocatable VRAM, ties in the cluster's order, among
+    every worker. ``ctx.workers[0]`` when a GPU has VRAM left; on a cluster without GPUs, the
+    first worker, even with nothing allocatable (``ctx.workers`` leaves such a worker out)."""
+    views = (worker_view(worker, ctx.selection) for worker in ctx.cluster.workers)
+    return min(views, key=lambda view: -view.vram_bytes)
 
 
 def no_candidate(action: Action, message: str, worker: str | None = None) -> Reason:

@@ -14,7 +14,7 @@ from layerfit.heuristics.context import Context, StrategyResult
 from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, gib, sentences
 from layerfit.heuristics.placement import placement
-from layerfit.heuristics.strategies.base import Strategy, advised_need, rejection
+from layerfit.heuristics.strategies.base import Strategy, advised_need, advised_worker, rejection
 
 ACTION = Action.CPU_ONLY
 
@@ -29,7 +29,7 @@ def search(ctx: Context) -> StrategyResult:
         found.append(verdict)
     if found:
         return StrategyResult(found=tuple(found))
-    richest = by_ram[0]
+    richest = by_ram[0] if by_ram else advised_worker(ctx)  # nothing allocatable: GPUStack's first worker
     _, reasons = rejection(ctx, ACTION, placement(richest, ()), 0)
     needed = advised_need(ctx, placement(richest, ()), 0)
     advice = sentences(

@@ -3,8 +3,9 @@
 The main worker is the one with the most VRAM on GPUs that can hold a layer, among workers whose
 RAM covers the main process (GPUStack looks at VRAM only, so a main worker short of RAM sinks
 every combination). Its GPUs that cannot hold a layer are left out (GPUStack splits over every
-main GPU with VRAM left, and one such GPU given a layer sinks every combination). RPC candidates are the other workers' GPUs that can hold a block; with more
-than ``max_rpc_candidate_gpus`` of them the strategy is skipped with a warning, as in GPUStack.
+main GPU with VRAM left, and one such GPU given a layer sinks every combination). RPC candidates
+are the other workers' GPUs that can hold a block; with more than ``max_rpc_candidate_gpus`` of
+them the strategy is skipped with a warning, as in GPUStack.
 Combinations of 1 .. ``max_rpc_servers`` candidates are tried, fewest servers first; devices are
 ordered RPC servers first, then the main worker's GPUs, split in proportion to allocatable VRAM.
 Each combination gets the most layers it can hold; the search stops at the first server count

@@ -26,6 +26,7 @@ from layerfit.heuristics.search import largest_fitting
 from layerfit.heuristics.strategies.base import (
     Strategy,
     advised_need,
+    advised_worker,
     can_hold_a_layer,
     no_candidate,
     rejection,
@@ -33,7 +34,7 @@ from layerfit.heuristics.strategies.base import (
     worker_placement,
 )
 from layerfit.heuristics.strategies.multi_gpu import device_groups, whole_worker
-from layerfit.heuristics.views import WorkerView, worker_view
+from layerfit.heuristics.views import WorkerView
 
 ACTION = Action.PARTIAL
 
@@ -137,14 +138,6 @@ def _advice(ctx: Context, layers: int) -> StrategyResult:
         f"{provides}. Try offloading fewer layers to lower resource required.",
     )
     return StrategyResult(reasons=(*reasons, summary), notes=(Note(Level.INFO, ACTION, advice),))
-
-
-def advised_worker(ctx: Context) -> WorkerView:
-    """GPUStack's ``workers[0]``: the most allocatable VRAM, ties in the cluster's order, among
-    every worker. ``ctx.workers[0]`` when a GPU has VRAM left; on a cluster without GPUs, the
-    first worker, even with nothing allocatable (``ctx.workers`` leaves such a worker out)."""
-    views = (worker_view(worker, ctx.selection) for worker in ctx.cluster.workers)
-    return min(views, key=lambda view: -view.vram_bytes)
 
 
 STRATEGY = Strategy(
