@@ -7,12 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_gguf import write_tiny
+from fixtures_gguf import tiny_spec, write_tiny
 from gguf import GGUFWriter
 
 from layerfit.domain import Deployment, LlamaParams, MemoryProfile, ModelKind
 from layerfit.errors import EstimationError, InputError
 from layerfit.estimators import RuntimeCosts, estimate_profile, profile_for, read_gguf, resolve_settings
+from layerfit.estimators.arch_fixtures import arch_tensor_table
 from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
 
 MiB = 1024**2
@@ -77,7 +78,7 @@ KV_ROWS = [
     ),
     (
         "gemma2 every other layer",
-        {"architecture": "gemma2", "sliding_window": 128},
+        {"architecture": "gemma2", "sliding_window": 128, "tied_embeddings": True},
         ["-np", "1"],
         (512 * 768, 512 * 8192) * 2,
     ),
@@ -130,7 +131,11 @@ KV_ROWS = [
 def test_kv_cache_per_block(
     tmp_path: Path, overrides: dict[str, object], args: list[str], expected: tuple[int, ...]
 ) -> None:
-    shape = read_gguf(str(write_tiny(tmp_path, data="header", **overrides)))
+    spec = tiny_spec(**overrides)
+    path = tmp_path / "tiny.gguf"
+    fused = arch_tensor_table(spec) if spec.architecture == "phi3" else None  # phi3 stacks gate and up in ffn_up
+    write_gguf(path, spec, tokenizer=True, tensors=fused)
+    shape = read_gguf(str(path))
     profile = estimate_profile(shape, LlamaParams.from_args(args))
     assert profile.block_kv_bytes == expected
     assert profile.block_weight_bytes == shape.block_bytes

@@ -9,6 +9,7 @@ import pytest
 from fixtures_gguf import tiny_spec, write_tiny
 
 from layerfit.estimators import read_gguf
+from layerfit.estimators.arch_fixtures import arch_tensor_table
 from layerfit.estimators.synthetic import REAL_MODELS, tensor_table, write_gguf
 
 MiB = 1024**2
@@ -45,9 +46,9 @@ def test_tied_embeddings_copy_the_token_embedding_to_the_output_device(tmp_path:
     ("architecture", "overrides", "expected_swa"),
     [
         ("gemma3", {"block_count": 6}, (True, True, True, True, True, False)),  # period 6: il % 6 < 5
-        ("gemma2", {}, (True, False, True, False)),  # period 2
+        ("gemma2", {"tied_embeddings": True}, (True, False, True, False)),  # period 2
         ("gpt-oss", {}, (True, False, True, False)),  # period 2
-        ("cohere2", {}, (True, True, True, False)),  # period 4
+        ("cohere2", {"tied_embeddings": True}, (True, True, True, False)),  # period 4
         ("phi3", {}, (False, False, False, False)),  # llama.cpp ignores phi3's window
         ("llama", {}, (False, False, False, False)),  # and mistral-style windows on llama
         (
@@ -60,7 +61,9 @@ def test_tied_embeddings_copy_the_token_embedding_to_the_output_device(tmp_path:
 def test_sliding_window_layers(
     tmp_path: Path, architecture: str, overrides: dict[str, object], expected_swa: tuple[bool, ...]
 ) -> None:
-    path = write_tiny(tmp_path, data="header", architecture=architecture, sliding_window=128, **overrides)
+    spec = tiny_spec(architecture=architecture, sliding_window=128, **overrides)
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, spec, tokenizer=True, tensors=arch_tensor_table(spec))  # the tensors llama.cpp loads
     shape = read_gguf(str(path))
     assert shape.swa_layers == expected_swa
     assert shape.sliding_window == (128 if any(expected_swa) else 0)

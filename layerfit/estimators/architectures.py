@@ -97,6 +97,10 @@ FFN_ONLY_LAYERS = frozenset({"nemotron_h"})
 """Hybrids with a third kind of layer: ``head_count_kv == 0`` and a non-zero
 ``feed_forward_length`` is a feed-forward-only layer (no KV cache, no recurrent state)."""
 
+PER_LAYER_FFN = frozenset({"nemotron_h"})
+"""Architectures whose loader sizes each block's dense feed-forward by its own
+``feed_forward_length``; every other modelled one sizes them all by block 0's."""
+
 PER_LAYER_EXPERTS_USED = frozenset({"nemotron_h"})
 """Architectures whose blocks each route their own ``expert_used_count`` (an array): every other
 graph selects block 0's count in every block (llama.cpp's ``build_moe_ffn`` default)."""

@@ -26,13 +26,17 @@ class Contradiction(NamedTuple):
     metadata: dict[str, int | str | tuple[int, ...] | None]
     """Keys (``{arch}`` expanded) written instead of the model's own."""
     key: str
-    """The key the estimator names (``{arch}`` expanded)."""
+    """The key the estimator names (``{arch}`` expanded), or the tensor where the refusal is about one."""
     tensor: str = ""
     """A tensor the refusal names ("" where it names none)."""
     vocab_size: int = 0
     """A tokenizer of this many tokens instead of the model's (0: the model's)."""
     tokenizer_model: str = ""
     """``tokenizer.ggml.model`` instead of the test tokenizer ("": the test tokenizer)."""
+    dropped: tuple[str, ...] = ()
+    """Tensors left out of the model's table."""
+    added: tuple[tuple[str, str], ...] = ()
+    """Tensors added to the table: (name, the tensor whose shape and type it copies)."""
 
 
 CONTRADICTIONS: dict[str, Contradiction] = {
@@ -113,6 +117,25 @@ CONTRADICTIONS: dict[str, Contradiction] = {
         "llama-q4_0", {Keys.LLM.FEED_FORWARD_LENGTH: (2816,) * 5}, Keys.LLM.FEED_FORWARD_LENGTH
     ),
     "llama-tokenizer-unknown": Contradiction("llama-q4_0", {}, Keys.Tokenizer.MODEL, tokenizer_model="sentencepiece"),
+    # tensors llama.cpp requires, or never loads, and the keys that size them
+    "qwen3-attn-q-missing": Contradiction("qwen3-f16", {}, "blk.2.attn_q.weight", dropped=("blk.2.attn_q.weight",)),
+    "deepseek2-expert-down-missing": Contradiction(
+        "deepseek2-q8_0",
+        {},
+        "blk.2.ffn_down_exps.weight",
+        dropped=("blk.2.ffn_down_exps.weight",),
+    ),
+    "llama-token-embd-missing": Contradiction("llama-q4_0", {}, "token_embd.weight", dropped=("token_embd.weight",)),
+    "gpt-oss-output-missing": Contradiction("gpt-oss-mxfp4", {}, "output.weight", dropped=("output.weight",)),
+    "gemma2-output-added": Contradiction(
+        "gemma2-q8_0", {}, "output.weight", added=(("output.weight", "token_embd.weight"),)
+    ),
+    "llama4-head-count-missing": Contradiction(
+        "llama4-q4_k", {Keys.Attention.HEAD_COUNT: None}, Keys.Attention.HEAD_COUNT, "attn_q.weight"
+    ),
+    "qwen3-feed-forward-length": Contradiction(
+        "qwen3-f16", {Keys.LLM.FEED_FORWARD_LENGTH: 1408}, Keys.LLM.FEED_FORWARD_LENGTH, "blk.0.ffn_up.weight"
+    ),
     "llama-nextn-layers": Contradiction(
         "llama-q4_0", {Keys.LLM.NEXTN_PREDICT_LAYERS: 5}, Keys.LLM.NEXTN_PREDICT_LAYERS
     ),
@@ -172,12 +195,19 @@ LOADABLE: dict[str, Contradiction] = {
     "neo-bert-head-count-kv-array": Contradiction(
         "neo-bert-f16", {Keys.Attention.HEAD_COUNT_KV: (16, 16, 16, 8)}, Keys.Attention.HEAD_COUNT_KV
     ),
+    # optional tensors: a bias every other block has, an output projection gemma3n may carry
+    "nomic-bert-moe-bias-missing": Contradiction(
+        "nomic-bert-moe-f16", {}, "blk.2.attn_output.bias", dropped=("blk.2.attn_output.bias",)
+    ),
+    "gemma3n-output-added": Contradiction(
+        "gemma3n-q8_0", {}, "output.weight", added=(("output.weight", "token_embd.weight"),)
+    ),
 }
 """Files whose key disagrees with the tensors where llama.cpp ignores the key: the tokenizer's
 list sizes the vocabulary, qwen3 runs every layer with layer 0's head count, olmoe's experts
 are as wide as ``feed_forward_length``, ``full_attention_interval`` is read by the qwen3next family
 only, an encoder runs every layer with layer 0's KV heads; and files within llama.cpp's limits that
-look odd: experts used per layer (an array), expert groups."""
+look odd: experts used per layer (an array), expert groups; and tensors a loader takes as optional."""
 
 
 def write_contradiction(
@@ -185,7 +215,9 @@ def write_contradiction(
 ) -> Path:
     """Write the case as ``directory/name.gguf``: its model's tensors under the changed metadata."""
     spec = ARCH_MODELS[case.model]
-    tensors = arch_tensor_table(spec)
+    tensors = [tensor for tensor in arch_tensor_table(spec) if tensor.name not in case.dropped]
+    by_name = {tensor.name: tensor for tensor in tensors}
+    tensors += [by_name[source]._replace(name=name) for name, source in case.added]
     changed = spec.model_copy(
         update={
             "metadata": {**spec.metadata, **case.metadata},

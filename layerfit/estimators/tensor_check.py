@@ -20,6 +20,7 @@ from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_constants import Keys
 from layerfit.estimators.gguf_reader import ArrayInfo, TensorInfo
 from layerfit.estimators.header_access import MetaReader, TensorGroups
+from layerfit.estimators.tensor_set import check_tensor_set
 
 if TYPE_CHECKING:
     from layerfit.estimators.shape import ModelShape
@@ -146,6 +147,7 @@ def check_shape(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> N
             check.attention(block, block_tensors)
         check.experts(block, block_tensors)
         check.recurrent(block, block_tensors)
+    check_tensor_set(shape, meta, tensors)
 
 
 class _Checker:
