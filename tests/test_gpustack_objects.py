@@ -385,6 +385,13 @@ _FILLS_W2_GPU0 = {"id": 9, "name": "other", "worker_id": 2, "gpu_indexes": [0], 
         # GPUStack counts every worker for its distributed search, CPU-only ones too: with one worker
         # of GPUs it runs and says no GPU can serve RPC, and that advice comes before the partial one.
         ([(1, 64, 0, (3, 3)), (2, 64)], {"backend_parameters": ["-ngl", "9"]}, []),
+        # Two selected GPUs too small: GPUStack names the first of the worker's ids sorted as text,
+        # w1:cuda:10 before w1:cuda:2 (seed 20 #123: layerfit named them in the order given).
+        (
+            [(1, 64, 0, tuple(2 if i in (2, 10) else 20 for i in range(11)))],
+            {"gpu_selector": GPUSelector(gpu_ids=["w1:cuda:2", "w1:cuda:10"])},
+            [],
+        ),
     ],
 )
 def test_messages_match_gpustacks_on_small_clusters(

@@ -799,6 +799,13 @@ GIB_PROFILE = MemoryProfile.uniform(
             {"select": ("b:cuda:0", "a:cuda:0", "b:cuda:1"), "distributed_inference_across_workers": True},
             "Selected GPU b:cuda:1 lacks enough VRAM. At least 2.5 GiB is required.",
         ),
+        # Within a worker GPUStack sorts the selected ids as text: "a:cuda:10" before "a:cuda:2"
+        # (found by benchmarks/gpustack_diff.py, seed 20 #123: w05:cuda:1 named before w05:cuda:0).
+        (
+            (worker("a", *(2 * GiB if i in (2, 10) else 20 * GiB for i in range(11)), ram=20 * GiB),),
+            {"select": ("a:cuda:2", "a:cuda:10")},
+            "Selected GPU a:cuda:10 lacks enough VRAM. At least 2.5 GiB is required.",
+        ),
     ],
 )
 def test_messages_are_gpustacks_words(workers: tuple[Worker, ...], kwargs: dict[str, object], shown: str) -> None:

@@ -131,8 +131,9 @@ def _selection_errors(ctx: Context) -> list[Reason]:
     refs = ctx.deployment.gpu_selection
     if ctx.selection is None or refs is None or not ctx.workers:
         return []
-    workers = list(dict.fromkeys(ref.worker for ref in refs))  # GPUStack's order: grouped by worker
-    grouped = sorted(refs, key=lambda ref: workers.index(ref.worker))
+    # GPUStack's order: grouped by worker in order of appearance, each worker's ids sorted as text
+    workers = list(dict.fromkeys(ref.worker for ref in refs))
+    grouped = sorted(refs, key=lambda ref: (workers.index(ref.worker), str(ref)))
     found = (_selected_gpu_error(ctx, ctx.cluster, ref.worker, ref.type, ref.index) for ref in grouped)
     reasons = [reason for reason in found if reason is not None]
     if len(ctx.selection) > 1 and not ctx.deployment.distributed_inference_across_workers:
