@@ -52,9 +52,9 @@ def test_a_contradicting_file_is_refused_naming_key_tensor_and_values(written: d
     assert not values or any(str(value) in error.problem for value in values), str(error)
 
 
-def _values(metadata: dict[str, int | str | tuple[int, ...] | None]) -> list[int | str]:
+def _values(metadata: dict[str, int | float | str | tuple[int, ...] | None]) -> list[int | float | str]:
     """The values written, or the words of a missing key's refusal."""
-    values: list[int | str] = []
+    values: list[int | float | str] = []
     for value in metadata.values():
         values += list(value) if isinstance(value, tuple) else [value] if value is not None else ["missing"]
     return values
@@ -145,3 +145,11 @@ def test_the_cli_exits_two_naming_the_key(capsys: pytest.CaptureFixture[str], wr
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT and "Traceback" not in err, err
     assert "llama.attention.head_count: head_count 65536" in err and "blk.0.attn_q.weight" in err, err
+
+
+def test_optional_architecture_keys_take_llama_cpp_s_values(written: dict[str, Path]) -> None:
+    """An expert width per block sizes every qwen3moe block by block 0's (it was refused as 'expected an
+    integer'); gemma2 without a window key gets llama.cpp's 4096."""
+    assert read_gguf(str(written["qwen3moe-expert-width-array"])).expert_feed_forward_length == 512
+    window = read_gguf(str(written["gemma2-window-missing"]))
+    assert window.sliding_window == 4096 and window.swa_layers == (True, False, True, False)

@@ -98,8 +98,8 @@ FFN_ONLY_LAYERS = frozenset({"nemotron_h"})
 ``feed_forward_length`` is a feed-forward-only layer (no KV cache, no recurrent state)."""
 
 PER_LAYER_FFN = frozenset({"nemotron_h"})
-"""Architectures whose loader sizes each block's dense feed-forward by its own
-``feed_forward_length``; every other modelled one sizes them all by block 0's."""
+"""Architectures whose loader sizes each block's feed-forward by its own ``feed_forward_length``
+and ``expert_feed_forward_length``; every other modelled one sizes them all by block 0's."""
 
 PER_LAYER_EXPERTS_USED = frozenset({"nemotron_h"})
 """Architectures whose blocks each route their own ``expert_used_count`` (an array): every other

@@ -23,7 +23,7 @@ from layerfit.estimators.synthetic import DataMode, write_gguf
 class Contradiction(NamedTuple):
     model: str
     """The ``ARCH_MODELS`` entry whose tensors are kept."""
-    metadata: dict[str, int | str | tuple[int, ...] | None]
+    metadata: dict[str, int | float | str | tuple[int, ...] | None]
     """Keys (``{arch}`` expanded) written instead of the model's own."""
     key: str
     """The key the estimator names (``{arch}`` expanded), or the tensor where the refusal is about one."""
@@ -117,6 +117,23 @@ CONTRADICTIONS: dict[str, Contradiction] = {
         "llama-q4_0", {Keys.LLM.FEED_FORWARD_LENGTH: (2816,) * 5}, Keys.LLM.FEED_FORWARD_LENGTH
     ),
     "llama-tokenizer-unknown": Contradiction("llama-q4_0", {}, Keys.Tokenizer.MODEL, tokenizer_model="sentencepiece"),
+    # keys an architecture's own loader requires, or reads as one type
+    "mistral3-rms-epsilon-missing": Contradiction(
+        "mistral3-q4_k", {Keys.Attention.LAYERNORM_RMS_EPS: None}, Keys.Attention.LAYERNORM_RMS_EPS
+    ),
+    "phi3-rms-epsilon-string": Contradiction(
+        "phi-fused-q4_0", {Keys.Attention.LAYERNORM_RMS_EPS: "1e-06"}, Keys.Attention.LAYERNORM_RMS_EPS
+    ),
+    "gemma2-rms-epsilon-negative": Contradiction(
+        "gemma2-q8_0", {Keys.Attention.LAYERNORM_RMS_EPS: -1.0}, Keys.Attention.LAYERNORM_RMS_EPS
+    ),
+    "cohere2-logit-scale-missing": Contradiction("cohere2-q8_0", {Keys.LLM.LOGIT_SCALE: None}, Keys.LLM.LOGIT_SCALE),
+    "llama4-interleave-step-missing": Contradiction(
+        "llama4-q4_k", {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: None}, Keys.LLM.INTERLEAVE_MOE_LAYER_STEP
+    ),
+    "gpt-oss-expert-width-array": Contradiction(
+        "gpt-oss-mxfp4", {Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: (1024,) * 5}, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
+    ),
     # tensors llama.cpp requires, or never loads, and the keys that size them
     "qwen3-attn-q-missing": Contradiction("qwen3-f16", {}, "blk.2.attn_q.weight", dropped=("blk.2.attn_q.weight",)),
     "deepseek2-expert-down-missing": Contradiction(
@@ -194,6 +211,13 @@ LOADABLE: dict[str, Contradiction] = {
     ),
     "neo-bert-head-count-kv-array": Contradiction(
         "neo-bert-f16", {Keys.Attention.HEAD_COUNT_KV: (16, 16, 16, 8)}, Keys.Attention.HEAD_COUNT_KV
+    ),
+    # optional keys, and per-layer arrays of them
+    "gemma2-window-missing": Contradiction(
+        "gemma2-q8_0", {Keys.Attention.SLIDING_WINDOW: None}, Keys.Attention.SLIDING_WINDOW
+    ),
+    "qwen3moe-expert-width-array": Contradiction(
+        "qwen3moe-q8_0", {Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: (512,) * 4}, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
     ),
     # optional tensors: a bias every other block has, an output projection gemma3n may carry
     "nomic-bert-moe-bias-missing": Contradiction(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from layerfit.errors import EstimationError
+from layerfit.estimators import arch_keys
 from layerfit.estimators.gguf_constants import GGUFValueType, Keys
 from layerfit.estimators.gguf_types import ArrayInfo, KeyType, MetaValue
 
@@ -164,6 +165,28 @@ def check_keys(path: str, arch: str, metadata: Mapping[str, MetaValue], types: M
         if found.item not in PER_LAYER_ITEMS:
             problem = f"expected 32-bit integers (UINT32, INT32 or BOOL items), got {_type_name(found)}"
             raise _refuse(path, key[template], problem)
+
+
+def check_arch_keys(path: str, arch: str, metadata: Mapping[str, MetaValue], types: Mapping[str, KeyType]) -> None:
+    """Refuse, naming the key, what a modelled architecture's own loader refuses: a key it requires
+    that is missing, one of another type, a per-layer key of the wrong length, a negative epsilon."""
+    blocks = metadata.get(f"{arch}.block_count")
+    for template, (kind, required) in arch_keys.ARCH_KEYS.get(arch, {}).items():
+        key = template.format(arch=arch)
+        found = types.get(key)
+        if found is None:
+            if required:
+                raise _refuse(path, key, f"required key missing ({arch} reads it)")
+            continue
+        if kind is not arch_keys.PER_LAYER or found.value is not GGUFValueType.ARRAY:
+            _expect_type(path, key, metadata, types, _U32 if kind is arch_keys.PER_LAYER else kind)
+        elif _length(metadata.get(key)) != blocks or found.item not in PER_LAYER_ITEMS:
+            items = metadata.get(key)
+            problem = f"{_type_name(found)} of {_length(items)} items for {blocks} blocks{_first(items)}"
+            raise _refuse(path, key, f"expected a UINT32 or one 32-bit integer per block, got {problem}")
+        value = metadata.get(key)
+        if template in arch_keys.NORM_EPS and isinstance(value, float) and value < 0:
+            raise _refuse(path, key, f"a negative epsilon {value} (llama.cpp's norms assert eps >= 0)")
 
 
 def check_required(path: str, arch: str, metadata: Mapping[str, MetaValue]) -> None:

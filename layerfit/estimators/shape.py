@@ -20,7 +20,7 @@ from layerfit.estimators.header_access import (
     MetaReader,
     TensorGroups,
 )
-from layerfit.estimators.key_check import check_keys, check_required, check_tokenizer
+from layerfit.estimators.key_check import check_arch_keys, check_keys, check_required, check_tokenizer
 from layerfit.estimators.tensor_check import EXPERT_WIDTH_KEY, check_shape, vocabulary_size
 from layerfit.files import read_once
 
@@ -153,6 +153,7 @@ class ModelShape(Frozen):
 def read_gguf(path: str, allow_missing_data: bool = True) -> ModelShape:
     """Read a GGUF file's header and tensor table and describe the model's shape (once while it is
     unchanged, within ``files.reading_once``)."""
+
     def read() -> ModelShape:
         return shape_from_header(read_header(path, allow_missing_data))
 
@@ -188,6 +189,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         )
     n_embd = meta.integer(Keys.LLM.EMBEDDING_LENGTH)
     check_required(header.path, arch, header.metadata)
+    check_arch_keys(header.path, arch, header.metadata, header.key_types)
     tensors = TensorGroups(header.tensors, n)
     if tensors.stray:
         warnings.append(f"{len(tensors.stray)} tensors name blocks beyond block_count {n}; kept on the host")
@@ -280,7 +282,9 @@ def _expert_width(meta: MetaReader, tensors: TensorGroups, arch: str, n: int) ->
     """The routed experts' width: the key where llama.cpp sizes them by it, else their tensors."""
     from_tensors = max((tensors.dim(i, "ffn_up_exps.weight", 1) for i in range(n)), default=0)
     if arch in EXPERT_WIDTH_KEY or not from_tensors:
-        return meta.integer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 0) or from_tensors
+        widths = meta.per_layer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, n, 0)  # block 0's sizes every block
+        key_width = max(widths, default=0) if arch in arch_rules.PER_LAYER_FFN else (widths or (0,))[0]
+        return key_width or from_tensors
     return from_tensors
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 from gguf import GGUFWriter, Keys
 
+from layerfit.estimators import arch_keys
 from layerfit.estimators.synthetic_catalogue import GROUND_TRUTH_MODELS, REAL_MODELS
 from layerfit.estimators.synthetic_spec import F32, ModelSpec, Q, TensorSpec, tensor_table
 
@@ -102,12 +103,33 @@ def metadata(spec: ModelSpec) -> dict[str, MetadataValue]:
     if spec.encoder:
         keys[Keys.LLM.POOLING_TYPE] = 1
         keys[Keys.Attention.CAUSAL] = False
+    for key, default in _required_defaults(spec).items():
+        keys.setdefault(key, default)
     for key, value in spec.metadata.items():
         if value is None:
             keys.pop(key, None)
         else:
             keys[key] = value
     return {key.format(arch=spec.architecture): value for key, value in keys.items()}
+
+
+def _required_defaults(spec: ModelSpec) -> dict[str, MetadataValue]:
+    """The keys the architecture's loader requires (``arch_keys.ARCH_KEYS``) that the spec does not
+    set, with the spec's own value or a neutral one, so that llama.cpp would load the file."""
+    defaults: dict[str, MetadataValue] = {
+        arch_keys.EPS: 1e-5,
+        arch_keys.RMS_EPS: 1e-6,
+        arch_keys.WINDOW: spec.sliding_window,
+        arch_keys.EXPERT_WIDTH: spec.expert_feed_forward_length,
+        "{arch}.expert_shared_count": 1 if spec.expert_shared_feed_forward_length else 0,
+        "{arch}.attention.kv_lora_rank": spec.kv_lora_rank,
+        "{arch}.logit_scale": 1.0,
+        "{arch}.interleave_moe_layer_step": 1,
+        **dict.fromkeys(arch_keys.SSM, 0),
+        arch_keys.SSM_GROUPS: spec.ssm_group_count,
+    }
+    rules = arch_keys.ARCH_KEYS.get(spec.architecture, {})
+    return {key: value for key, value in defaults.items() if rules.get(key, (None, False))[1]}
 
 
 def _add(writer: GGUFWriter, key: str, value: MetadataValue) -> None:

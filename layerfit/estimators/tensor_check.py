@@ -289,7 +289,8 @@ class _Checker:
             if name in tensors:
                 self.expect(Keys.LLM.EXPERT_COUNT, f"expert_count {n}", p + name, tensors[name], 2, (n,))
         if shape.architecture in EXPERT_WIDTH_KEY and self.meta.has(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH):
-            width = self.meta.integer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH)
+            widths = self.meta.per_layer(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, shape.block_count, 0)
+            width = widths[block] if shape.architecture in arch_rules.PER_LAYER_FFN else widths[0]
             claim = f"expert_feed_forward_length {width}"
             for name, axis in (("ffn_up_exps.weight", 1), ("ffn_gate_exps.weight", 1), ("ffn_down_exps.weight", 0)):
                 if name in tensors:
