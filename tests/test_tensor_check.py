@@ -153,3 +153,13 @@ def test_optional_architecture_keys_take_llama_cpp_s_values(written: dict[str, P
     assert read_gguf(str(written["qwen3moe-expert-width-array"])).expert_feed_forward_length == 512
     window = read_gguf(str(written["gemma2-window-missing"]))
     assert window.sliding_window == 4096 and window.swa_layers == (True, False, True, False)
+
+
+def test_a_layer_s_kind_is_read_as_its_loader_reads_it(written: dict[str, Path]) -> None:
+    """Found by benchmarks/loader_diff.py (seed 2): a nemotron_h layer with a feed-forward width is a
+    feed-forward layer whatever its KV heads (layerfit wanted its attn_k; llama.cpp gives it a KV cache
+    of that one head and runs), and a dense llama4 block's experts-used count is never read (layerfit
+    refused block 2's 8 as routing more than block 0's 4; only blocks 1 and 3 have experts)."""
+    hybrid = read_gguf(str(written["nemotron_h-ffn-layer-kv-heads"]))
+    assert hybrid.head_count_kv[5] == 1 and not hybrid.recurrent_layers[5]
+    assert read_gguf(str(written["llama4-experts-used-dense-block"])).expert_used_count == 4

@@ -219,6 +219,12 @@ LOADABLE: dict[str, Contradiction] = {
     "qwen3moe-expert-width-array": Contradiction(
         "qwen3moe-q8_0", {Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: (512,) * 4}, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
     ),
+    "nemotron_h-ffn-layer-kv-heads": Contradiction(
+        "nemotron_h-q8_0", {Keys.Attention.HEAD_COUNT_KV: (0, 0, 0, 2, 0, 1)}, Keys.Attention.HEAD_COUNT_KV
+    ),
+    "llama4-experts-used-dense-block": Contradiction(
+        "llama4-q4_k", {Keys.LLM.EXPERT_USED_COUNT: (4, 4, 8, 4)}, Keys.LLM.EXPERT_USED_COUNT
+    ),
     # optional tensors: a bias every other block has, an output projection gemma3n may carry
     "nomic-bert-moe-bias-missing": Contradiction(
         "nomic-bert-moe-f16", {}, "blk.2.attn_output.bias", dropped=("blk.2.attn_output.bias",)

@@ -66,8 +66,8 @@ def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
     """Refuse, naming the key, what llama.cpp asserts against when it reads the hyperparameters
     (``llama_model::load_hparams``, before any tensor): the block and expert limits (1 to 512 blocks),
     at least one of at most ``expert_count`` experts used (the most of any block), expert groups that
-    divide the experts; and a block routing more experts than block 0 where the graph takes block 0's
-    count."""
+    divide the experts; and a block with experts routing more than block 0 where the graph takes
+    block 0's count (a dense block's count is never read)."""
     experts, blocks = shape.expert_count, shape.block_count
     per_block = meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, blocks, 0)
     used = max(per_block, default=0)
@@ -122,8 +122,9 @@ def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
     for template, refused, problem in refusals:
         if refused:
             raise EstimationError(shape.path, meta.key(template), f"{problem}: llama.cpp refuses it")
-    if shape.architecture not in arch_rules.PER_LAYER_EXPERTS_USED and used > per_block[0]:
-        block = next(i for i, count in enumerate(per_block) if count > per_block[0])
+    routed = [count for count, experts in zip(per_block, shape.block_expert_bytes, strict=True) if experts]
+    if shape.architecture not in arch_rules.PER_LAYER_EXPERTS_USED and any(count > per_block[0] for count in routed):
+        block = next(i for i, count in enumerate(per_block) if count > per_block[0] and shape.block_expert_bytes[i])
         problem = (
             f"block {block} routes {per_block[block]} experts where the graph selects block 0's {per_block[0]} in "
             f"every block ({shape.architecture} takes no per-block count): llama.cpp refuses it (GGML_ASSERT on a "
@@ -220,8 +221,14 @@ class _Checker:
             values.append(shape.value_length_swa)
         return tuple(keys), tuple(values)
 
+    def _feed_forward_layer(self, block: int) -> bool:
+        widths = self.meta.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, self.shape.block_count, 0)
+        return not self.shape.recurrent_layers[block] and widths[block] > 0
+
     def attention(self, block: int, tensors: dict[str, TensorInfo]) -> None:
         shape = self.shape
+        if shape.architecture in arch_rules.FFN_ONLY_LAYERS and self._feed_forward_layer(block):
+            return  # nemotron_h's loader builds a layer with a feed-forward width as one, whatever its KV heads
         d, heads, heads_kv = shape.embedding_length, shape.head_count[block], shape.head_count_kv[block]
         keys, values = self._head_dims(block)
         p = f"blk.{block}."
