@@ -157,9 +157,14 @@ def test_optional_architecture_keys_take_llama_cpp_s_values(written: dict[str, P
 
 def test_a_layer_s_kind_is_read_as_its_loader_reads_it(written: dict[str, Path]) -> None:
     """Found by benchmarks/loader_diff.py (seed 2): a nemotron_h layer with a feed-forward width is a
-    feed-forward layer whatever its KV heads (layerfit wanted its attn_k; llama.cpp gives it a KV cache
-    of that one head and runs), and a dense llama4 block's experts-used count is never read (layerfit
-    refused block 2's 8 as routing more than block 0's 4; only blocks 1 and 3 have experts)."""
+    feed-forward layer whatever its KV heads (layerfit wanted its attn_k; llama.cpp runs it, with a KV
+    cache for layer 3 alone: 0.25 MiB), and a dense llama4 block's experts-used count is never read
+    (layerfit refused block 2's 8 as routing more than block 0's 4; only blocks 1 and 3 have experts)."""
     hybrid = read_gguf(str(written["nemotron_h-ffn-layer-kv-heads"]))
-    assert hybrid.head_count_kv[5] == 1 and not hybrid.recurrent_layers[5]
+    assert hybrid.head_count_kv == (0, 0, 0, 2, 0, 0) and not hybrid.recurrent_layers[5]
+    from layerfit.domain import LlamaParams
+    from layerfit.estimators import estimate_profile
+
+    kv = estimate_profile(hybrid, LlamaParams(ctx_size=256, parallel=1)).block_kv_bytes
+    assert (kv[3], kv[5]) == (256 * 2 * 128 * 2 * 2, 0)  # 256 cells of 2 heads of 128, K and V in f16
     assert read_gguf(str(written["llama4-experts-used-dense-block"])).expert_used_count == 4

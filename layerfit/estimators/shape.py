@@ -347,6 +347,9 @@ def _attention(
         heads_kv = (0,) * n
     elif arch in arch_rules.HYBRID or arch in arch_rules.FULL_ATTENTION_INTERVAL:
         heads_kv = tuple(0 if is_recurrent else h for h, is_recurrent in zip(heads_kv, recurrent, strict=True))
+    if arch in arch_rules.FFN_ONLY_LAYERS:  # a feed-forward layer gets no KV cache, whatever its heads
+        widths = meta.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n, 0)
+        heads_kv = tuple(0 if width else h for h, width in zip(heads_kv, widths, strict=True))
     first_heads = next((h for h in heads if h), 0)
     default_length = n_embd // first_heads if first_heads else 0
     key_length = meta.integer(Keys.Attention.KEY_LENGTH, default_length)
