@@ -116,7 +116,12 @@ KV_ROWS = [
         ((1632 + 8192) * 4, 512 * 8192) * 2,
     ),
     ("bert keeps no cache", {"architecture": "bert", "encoder": True}, [], (0,) * 4),
-    ("prediction-only last block", {"metadata": {"{arch}.nextn_predict_layers": 1}}, [], (512 * 8192,) * 3 + (0,)),
+    (  # an architecture that builds next-token blocks (llama does not, and refuses the last block's tensors)
+        "prediction-only last block",
+        {"architecture": "exaone4", "metadata": {"{arch}.nextn_predict_layers": 1}},
+        [],
+        (512 * 8192,) * 3 + (0,),
+    ),
     ("two shared-KV blocks", {"metadata": {"{arch}.attention.shared_kv_layers": 2}}, [], (512 * 8192,) * 2 + (0, 0)),
     ("nomic-bert keeps no cache", {"architecture": "nomic-bert", "encoder": True}, [], (0,) * 4),
     ("qwen2 with biases", {"architecture": "qwen2", "attention_bias": True}, [], (512 * 8192,) * 4),

@@ -147,6 +147,10 @@ CONTRADICTIONS: dict[str, Contradiction] = {
     "gemma2-output-added": Contradiction(
         "gemma2-q8_0", {}, "output.weight", added=(("output.weight", "token_embd.weight"),)
     ),
+    "gpt-oss-output-bias-missing": Contradiction(
+        "gpt-oss-mxfp4", {}, "blk.1.attn_output.bias", dropped=("blk.1.attn_output.bias",)
+    ),
+    "llama-nextn-block": Contradiction("llama-q4_0", {Keys.LLM.NEXTN_PREDICT_LAYERS: 1}, Keys.LLM.NEXTN_PREDICT_LAYERS),
     "llama4-head-count-missing": Contradiction(
         "llama4-q4_k", {Keys.Attention.HEAD_COUNT: None}, Keys.Attention.HEAD_COUNT, "attn_q.weight"
     ),

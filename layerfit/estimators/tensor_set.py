@@ -7,11 +7,12 @@ b11434's ``src/models/*.cpp``, where the rule holds for every file of the archit
 
 * ``token_embd.weight`` is required by every modelled architecture, ``output_norm.weight`` by all
   but the BERT-style encoders, ``output.weight`` by three; ten never load an ``output.weight``;
-* a block whose tensors are those every block of its kind has, less one or more weights that the
+* a block whose tensors are those every block of its kind has, less one or more tensors that the
   architecture requires, is refused: its kind is the tensor set most other blocks share (so MoE
   every other layer, leading dense blocks, hybrids and next-token blocks, each with their own set,
-  are left alone), and the weights an architecture creates as optional are named in
-  ``OPTIONAL_BLOCK_WEIGHTS``;
+  are left alone); the weights an architecture creates as optional are named in
+  ``OPTIONAL_BLOCK_WEIGHTS``, the biases it requires in ``REQUIRED_BLOCK_BIASES``;
+* next-token prediction blocks only where the architecture builds them;
 * attention tensors need ``head_count`` (llama.cpp sizes them by it, 0 when it is missing);
 * a dense feed-forward is ``feed_forward_length`` wide (block 0's, except for ``nemotron_h``,
   whose loader reads each block's).
@@ -52,6 +53,24 @@ OPTIONAL_BLOCK_WEIGHTS: dict[str, frozenset[str]] = {
 }
 """Block weights an architecture's loader creates as optional (``TENSOR_NOT_REQUIRED``); every other
 block weight (``.weight``, or a name without suffix such as ``ssm_a``) it creates is required."""
+REQUIRED_BLOCK_BIASES: dict[str, frozenset[str]] = {
+    "gpt-oss": frozenset(
+        {"attn_output.bias", "ffn_gate_inp.bias", "ffn_up_exps.bias", "ffn_gate_exps.bias", "ffn_down_exps.bias"}
+    ),
+    "mamba": frozenset({"ssm_conv1d.bias", "ssm_dt.bias"}),
+    "mamba2": frozenset({"ssm_conv1d.bias", "ssm_dt.bias"}),
+    "jamba": frozenset({"ssm_conv1d.bias", "ssm_dt.bias"}),
+    "granitehybrid": frozenset({"ssm_dt.bias"}),
+    "falcon-h1": frozenset({"ssm_dt.bias"}),
+    "bert": frozenset({"attn_output_norm.bias", "layer_output_norm.bias"}),
+    "nomic-bert": frozenset({"attn_output_norm.bias", "layer_output_norm.bias"}),
+    "nomic-bert-moe": frozenset({"attn_output_norm.bias", "layer_output_norm.bias"}),
+    "jina-bert-v2": frozenset({"attn_output.bias", "attn_output_norm.bias", "ffn_down.bias", "layer_output_norm.bias"}),
+}
+"""Block biases an architecture's loader requires (every other bias is optional)."""
+NEXTN_ARCHITECTURES = frozenset({"deepseek2", "exaone4", "nemotron_h"})
+"""Modelled architectures whose loader builds next-token-prediction blocks; the others load only the
+first ``block_count - nextn_predict_layers`` blocks and refuse the tensors of the rest."""
 NO_DENSE_FFN = frozenset({"qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "mamba", "mamba2"})
 """Modelled architectures without a dense feed-forward (``ffn_up``/``ffn_gate``/``ffn_down``)."""
 FFN_UP_WIDTHS: dict[str, tuple[int, ...]] = {
@@ -71,6 +90,7 @@ def _refuse(shape: ModelShape, where: str, problem: str) -> EstimationError:
 def check_tensor_set(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> None:
     """Refuse, naming the tensor or key, what llama.cpp's loader refuses for a modelled architecture."""
     _top_level(shape, tensors)
+    _next_token_blocks(shape, meta)
     _missing_block_weights(shape, tensors)
     _head_count(shape, meta, tensors)
     _dense_ffn(shape, meta, tensors)
@@ -89,15 +109,17 @@ def _top_level(shape: ModelShape, tensors: TensorGroups) -> None:
         raise _refuse(shape, "output.weight", f"{arch} never loads an output projection (it reuses token_embd)")
 
 
-def _is_weight(name: str) -> bool:
-    return name.endswith(".weight") or "." not in name
+def _required(arch: str, name: str) -> bool:
+    """A block tensor the architecture's loader requires wherever its block kind has one."""
+    if name.endswith(".bias"):
+        return name in REQUIRED_BLOCK_BIASES.get(arch, frozenset())
+    return (name.endswith(".weight") or "." not in name) and name not in OPTIONAL_BLOCK_WEIGHTS.get(arch, frozenset())
 
 
 def _missing_block_weights(shape: ModelShape, tensors: TensorGroups) -> None:
     """A block whose tensor set is the common set of its kind less required weights."""
     sets = [frozenset(block) for block in tensors.blocks]
     counts = Counter(sets)
-    optional = OPTIONAL_BLOCK_WEIGHTS.get(shape.architecture, frozenset())
     for block, names in enumerate(sets):
         if counts[names] > 1:
             continue
@@ -105,7 +127,7 @@ def _missing_block_weights(shape: ModelShape, tensors: TensorGroups) -> None:
         if not kinds:
             continue
         count, kind = max(kinds, key=lambda item: (item[0], sorted(item[1])))
-        missing = sorted(name for name in kind - names if _is_weight(name) and name not in optional)
+        missing = sorted(name for name in kind - names if _required(shape.architecture, name))
         if missing:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
             problem = (
@@ -113,6 +135,16 @@ def _missing_block_weights(shape: ModelShape, tensors: TensorGroups) -> None:
                 f" {shape.architecture} requires"
             )
             raise _refuse(shape, f"blk.{block}.{missing[0]}", problem)
+
+
+def _next_token_blocks(shape: ModelShape, meta: MetaReader) -> None:
+    nextn = shape.nextn_predict_layers
+    if nextn and shape.architecture not in NEXTN_ARCHITECTURES:
+        problem = (
+            f"{nextn} next-token prediction blocks, which {shape.architecture} does not build: llama.cpp loads"
+            f" {shape.block_count - nextn} blocks and finds the tensors of the last {nextn} unexpected"
+        )
+        raise _refuse(shape, meta.key(Keys.LLM.NEXTN_PREDICT_LAYERS), problem)
 
 
 def _head_count(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> None:
