@@ -37,6 +37,8 @@ class Contradiction(NamedTuple):
     """Tensors left out of the model's table."""
     added: tuple[tuple[str, str], ...] = ()
     """Tensors added to the table: (name, the tensor whose shape and type it copies)."""
+    reshaped: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Tensors given another ggml shape: (name, shape)."""
 
 
 CONTRADICTIONS: dict[str, Contradiction] = {
@@ -151,6 +153,23 @@ CONTRADICTIONS: dict[str, Contradiction] = {
         "gpt-oss-mxfp4", {}, "blk.1.attn_output.bias", dropped=("blk.1.attn_output.bias",)
     ),
     "llama-nextn-block": Contradiction("llama-q4_0", {Keys.LLM.NEXTN_PREDICT_LAYERS: 1}, Keys.LLM.NEXTN_PREDICT_LAYERS),
+    "mistral3-attn-k-extra-axis": Contradiction(
+        "mistral3-q4_k", {}, "blk.0.attn_k.weight", reshaped=(("blk.0.attn_k.weight", (1024, 256, 2)),)
+    ),
+    "llama-ffn-norm-width": Contradiction(
+        "llama-q4_0",
+        {},
+        Keys.LLM.EMBEDDING_LENGTH,
+        "blk.0.ffn_norm.weight",
+        reshaped=(("blk.0.ffn_norm.weight", (2048,)),),
+    ),
+    "qwen3moe-expert-down-width": Contradiction(
+        "qwen3moe-q8_0",
+        {},
+        Keys.LLM.EMBEDDING_LENGTH,
+        "blk.1.ffn_down_exps.weight",
+        reshaped=(("blk.1.ffn_down_exps.weight", (512, 2048, 16)),),
+    ),
     "llama4-head-count-missing": Contradiction(
         "llama4-q4_k", {Keys.Attention.HEAD_COUNT: None}, Keys.Attention.HEAD_COUNT, "attn_q.weight"
     ),
@@ -252,6 +271,8 @@ def write_contradiction(
     tensors = [tensor for tensor in arch_tensor_table(spec) if tensor.name not in case.dropped]
     by_name = {tensor.name: tensor for tensor in tensors}
     tensors += [by_name[source]._replace(name=name) for name, source in case.added]
+    shapes = dict(case.reshaped)
+    tensors = [tensor._replace(shape=shapes.get(tensor.name, tensor.shape)) for tensor in tensors]
     changed = spec.model_copy(
         update={
             "metadata": {**spec.metadata, **case.metadata},

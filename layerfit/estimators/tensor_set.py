@@ -81,6 +81,30 @@ FFN_UP_WIDTHS: dict[str, tuple[int, ...]] = {
 }
 """``ffn_up`` rows in units of the feed-forward width, where gate and up are (or may be) stacked."""
 ATTENTION_TENSORS = ("attn_q.weight", "attn_k.weight", "attn_qkv.weight")
+_NORMS = ("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm", "attn_output_norm", "layer_output_norm")
+EMBEDDING_AXES: dict[str, tuple[int, int]] = {
+    **{f"{norm}.{part}": (1, 0) for norm in _NORMS for part in ("weight", "bias")},
+    "attn_output.weight": (2, 1),
+    "attn_output.bias": (1, 0),
+    **dict.fromkeys(("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight"), (2, 0)),
+    **dict.fromkeys(("ffn_up.weight", "ffn_gate.weight", "ffn_up_shexp.weight", "ffn_gate_shexp.weight"), (2, 0)),
+    "ffn_down.weight": (2, 1),
+    "ffn_down_shexp.weight": (2, 1),
+    "ffn_gate_inp.weight": (2, 0),
+    **dict.fromkeys(("ffn_up_exps.weight", "ffn_gate_exps.weight"), (3, 0)),
+    "ffn_down_exps.weight": (3, 1),
+}
+"""Block tensors every modelled architecture creates with this many axes, ``embedding_length`` long on
+the given one (the norms of the residual stream, the projections into and out of it)."""
+TOP_EMBEDDING_AXES: dict[str, tuple[int, int]] = {
+    "token_embd.weight": (2, 0),
+    "output.weight": (2, 0),
+    "output_norm.weight": (1, 0),
+    "token_embd_norm.weight": (1, 0),
+    "token_embd_norm.bias": (1, 0),
+}
+LATENT_EXPERTS = frozenset({"nemotron_h"})
+"""Architectures whose experts may work in a latent width instead of ``embedding_length``."""
 
 
 def _refuse(shape: ModelShape, where: str, problem: str) -> EstimationError:
@@ -92,6 +116,7 @@ def check_tensor_set(shape: ModelShape, meta: MetaReader, tensors: TensorGroups)
     _top_level(shape, tensors)
     _next_token_blocks(shape, meta)
     _missing_block_weights(shape, tensors)
+    _embedding_axes(shape, meta, tensors)
     _head_count(shape, meta, tensors)
     _dense_ffn(shape, meta, tensors)
 
@@ -135,6 +160,24 @@ def _missing_block_weights(shape: ModelShape, tensors: TensorGroups) -> None:
                 f" {shape.architecture} requires"
             )
             raise _refuse(shape, f"blk.{block}.{missing[0]}", problem)
+
+
+def _embedding_axes(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> None:
+    """No axis past a tensor's rank (llama.cpp wants 1 there), and ``embedding_length`` on its axis."""
+    top = {**tensors.inputs, **tensors.outputs}
+    named = [(name, TOP_EMBEDDING_AXES[name], top[name]) for name in top.keys() & TOP_EMBEDDING_AXES.keys()]
+    for block, names in enumerate(tensors.blocks):
+        found = names.keys() & EMBEDDING_AXES.keys()
+        named += [(f"blk.{block}.{name}", EMBEDDING_AXES[name], names[name]) for name in sorted(found)]
+    d = shape.embedding_length
+    for name, (rank, axis), tensor in named:
+        extra = [size for size in tensor.shape[rank:] if size != 1]
+        if extra:
+            raise _refuse(shape, name, f"{len(tensor.shape)} axes {list(tensor.shape)}, where llama.cpp creates {rank}")
+        latent = shape.architecture in LATENT_EXPERTS and "_exps." in name
+        if tensor.shape[axis] != d and not latent:
+            problem = f"embedding_length {d} implies {d} on axis {axis} of '{name}', which has {list(tensor.shape)}"
+            raise _refuse(shape, meta.key(Keys.LLM.EMBEDDING_LENGTH), problem)
 
 
 def _next_token_blocks(shape: ModelShape, meta: MetaReader) -> None:
