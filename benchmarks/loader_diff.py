@@ -60,22 +60,30 @@ class Case(NamedTuple):
     model: GgufModel
 
 
-def run_llama(build: Path, model: Path, encoder: bool, timeout: float) -> tuple[str, str]:
-    """llama.cpp's exit status on the file (``timeout`` past the limit) and its first error line."""
+def run_llama(build: Path, model: Path, encoder: bool, timeout: float, tries: int = 3) -> tuple[str, str]:
+    """llama.cpp's exit status on the file (``timeout`` past the limit) and its first error line.
+
+    llama.cpp logs from a thread that may not flush before the process exits, so a failed run whose
+    log has no error line is run again (up to ``tries`` runs; the status is the last run's)."""
     tool = "llama-embedding" if encoder else "llama-completion"
     generation = ["-p", PROMPT] if encoder else ["-no-cnv", "-n", "2", "--ignore-eos", "-p", PROMPT]
     command = [str(build / tool), "-m", str(model), "-c", str(CONTEXT), *generation, "-t", "1", "-s", "1"]
     environment = {**os.environ, "LD_LIBRARY_PATH": str(build), "GGML_NO_BACKTRACE": "1"}
-    try:
-        done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return "timeout", ""
-    if done.returncode == 0:
-        return "0", ""
-    log = done.stdout + "\n" + done.stderr
-    match = _ERROR.search(log)
-    last = next((line for line in reversed(log.splitlines()) if line.strip()), "")
-    return str(done.returncode), (match[1] if match else last).strip()[:300]
+    status, line = "", ""
+    for _ in range(tries):
+        try:
+            done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "timeout", ""
+        if done.returncode == 0:
+            return "0", ""
+        log = done.stdout + "\n" + done.stderr
+        match = _ERROR.search(log)
+        status = str(done.returncode)
+        line = (match[1] if match else next((x for x in reversed(log.splitlines()) if x.strip()), "")).strip()
+        if match:
+            break
+    return status, line[:300]
 
 
 def layerfit_verdict(model: Path) -> str:
