@@ -302,3 +302,20 @@ def test_parser_table_rows_follow_gguf_parser() -> None:
     # every layer: 5 layers at fractions 0, .2, .4 | .6, .8: blocks 0-2 on the RPC device, block 3
     # and the output layer on the last
     assert [v[2] for v in every.vrams] == [3, 2] and every.vrams[1][1] == GiB + GiB // 2
+
+
+def test_a_selection_naming_a_worker_gpustack_did_not_pass_places_nothing_and_says_why() -> None:
+    """GPUStack's scheduler drops workers (not ready, filtered) before its selector runs, so the
+    selection may name one that is not given: no candidate and GPUStack's pre-check words, where
+    the solver raised an InputError."""
+    profile = MemoryProfile.uniform(4, GiB, 0)
+    model = {**MODEL, "gpu_selector": {"gpu_ids": ["gpustack-z:cuda:0"]}}
+    selector = LayerfitGGUFSelector(model, [], profile=profile, output="dicts")
+    assert asyncio.run(selector.select_candidates(WORKERS)) == []
+    (message,) = selector.get_messages()
+    assert message.startswith("Selected GPUs need at least") and selector.plan is not None
+    assert any(reason.worker == "gpustack-z" for reason in selector.reasons)
+    found, plan = schedule_candidates(
+        WORKERS, {**MODEL, "gpu_selector": {"gpu_ids": ["gpustack-a:cuda:9"]}}, profile=profile
+    )
+    assert found == [] and plan.status.value == "infeasible"

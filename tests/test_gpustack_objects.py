@@ -392,6 +392,17 @@ _FILLS_W2_GPU0 = {"id": 9, "name": "other", "worker_id": 2, "gpu_indexes": [0], 
             {"gpu_selector": GPUSelector(gpu_ids=["w1:cuda:2", "w1:cuda:10"])},
             [],
         ),
+        # A selection naming a worker or GPU that is not among the workers GPUStack passes (its
+        # scheduler drops workers that are not ready, or filtered out, before the selector runs):
+        # GPUStack's pre-check words, and no candidate; layerfit's solver raised an InputError.
+        (
+            [(1, 64, 0, (20,)), (2, 64, 0, (20,))],
+            {"gpu_selector": GPUSelector(gpu_ids=["w1:cuda:0", "w3:cuda:0"])},
+            [],
+        ),
+        ([(1, 64, 0, (20,))], {"gpu_selector": GPUSelector(gpu_ids=["w1:cuda:0", "w1:cuda:5"])}, []),
+        ([(1, 64, 0, (20,))], {"gpu_selector": GPUSelector(gpu_ids=["w3:cuda:0"]), "cpu_offloading": False}, []),
+        ([(1, 64, 0, (20,))], {"gpu_selector": GPUSelector(gpu_ids=["w1:cuda:3"]), "cpu_offloading": False}, []),
     ],
 )
 def test_messages_match_gpustacks_on_small_clusters(

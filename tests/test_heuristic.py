@@ -449,7 +449,26 @@ def test_bad_selection_is_a_reason(select: tuple[str, ...], kind: ReasonKind) ->
     result = run(cluster(worker("a", 2000, 100)), deployment(select=select))
     assert result.status is Status.INFEASIBLE
     errors = [reason for reason in result.reasons if reason.severity is Severity.ERROR and reason.kind is kind]
-    assert len(errors) == 1 and errors[0].message in result.messages
+    assert len(errors) == 1
+    # GPUStack's words: with no selected GPU in the cluster, its pre-check stops at the selection's
+    # missing VRAM before it looks at each GPU; otherwise at the GPU
+    missing = kind in (ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU) and select != ("a:rocm:0",)
+    shown = "Selected GPUs need at least 0.00 GiB of available VRAM." if missing else errors[0].message
+    assert result.messages == (shown,), result.messages
+
+
+def test_a_selection_naming_a_missing_worker_or_gpu_is_checked_as_gpustack_checks_it() -> None:
+    """GPUStack's scheduler passes its selector only the workers it keeps: a selected GPU it does
+    not pass has no VRAM there, and a selected worker it does not pass is named when reached."""
+    two = cluster(worker("a", 2000, 2000), worker("b", 2000, 2000))
+    gone_gpu = run(two, deployment(select=("a:cuda:0", "a:cuda:7")))
+    assert gone_gpu.messages == ("Selected GPU a:cuda:7 lacks enough VRAM. At least 0.00 GiB is required.",)
+    across = deployment(select=("a:cuda:0", "b:cuda:0", "z:cuda:0"), distributed_inference_across_workers=True)
+    gone_worker = run(two, across)
+    assert gone_worker.messages == ("Selected GPUs's worker z not found in the workers list.",)
+    assert [reason.kind for reason in gone_worker.reasons if reason.severity is Severity.ERROR][:1] == [
+        ReasonKind.UNKNOWN_WORKER
+    ]
 
 
 def test_selected_gpu_too_small_names_the_numbers() -> None:

@@ -14,7 +14,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
+from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Plan, Reason
 from layerfit.domain.profile import MemoryProfile
 from layerfit.gpustack.candidates import candidate_dict, gpustack_available, to_gpustack_object
@@ -47,10 +49,26 @@ def schedule_candidates(
     """
     cluster = cluster_from_gpustack(workers, model_instances, resource_view)
     deployment = deployment_from_gpustack(model, gguf_path=gguf_path, profile=profile, cluster=cluster)
-    result = plan_deployment(cluster, deployment, config_from_gpustack(model, config))
+    planner_config = config_from_gpustack(model, config)
+    if selects_missing_gpus(cluster, deployment):
+        # GPUStack's scheduler passes only the workers it keeps (ready, matching the selector), so a
+        # selection may name others: its selector then places nothing and says why, as the heuristic does.
+        from layerfit.heuristics.selector import plan as heuristic_plan
+
+        result = heuristic_plan(cluster, deployment, planner_config, profile)
+    else:
+        result = plan_deployment(cluster, deployment, planner_config)
     chosen = ([result.best] if result.best is not None else []) + list(result.alternatives)
     by_name = workers_by_name(workers)
     return [candidate_dict(candidate, cluster, by_name) for candidate in chosen], result
+
+
+def selects_missing_gpus(cluster: Cluster, deployment: Deployment) -> bool:
+    """The manual selection names a worker or GPU that is not among the workers given."""
+    return any(
+        not cluster.has_worker(ref.worker) or not cluster.worker(ref.worker).has_gpu(ref.index)
+        for ref in deployment.gpu_selection or ()
+    )
 
 
 class LayerfitGGUFSelector:

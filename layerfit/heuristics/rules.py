@@ -38,8 +38,10 @@ def precheck(ctx: Context, resources_checked: bool = True, selection_checked: bo
     when ``resources_checked``, i.e. when some strategy passes the switch, parameter and selection
     rules (GPUStack checks resources after those, per strategy); selected GPUs too small only when
     ``selection_checked``, i.e. when some strategy also passes the worker and GPU counts, which
-    GPUStack checks before it looks at each selected GPU. Unknown workers and GPUs in the selection
-    are always reported.
+    GPUStack checks before it looks at each selected GPU. A selected worker or GPU that is not in
+    the cluster (GPUStack's scheduler passes only the workers it keeps) is checked as GPUStack checks
+    it: a missing GPU has no VRAM, a missing worker is named, each in its turn; unchecked, it keeps
+    its typed reason unshown.
     """
     reasons: list[Reason] = []
     notes: list[Note] = []
@@ -47,22 +49,27 @@ def precheck(ctx: Context, resources_checked: bool = True, selection_checked: bo
     for check in (_gpu_layers_capped, _gpu_layers_need_cpu, _nothing_allocatable, _selection_errors):
         found = check(ctx)
         if check in gates and (not gates[check] or any(_shown(reason) for reason in reasons)):
-            found = [reason for reason in found if reason.kind in _INPUT_ERRORS]
+            reasons.extend(reason for reason in found if reason.kind in _KEPT_UNCHECKED)
+            continue
         reasons.extend(found)
-        notes.extend(_error_note(reason) for reason in _first_vram_error_only(found) if _shown(reason))
+        notes.extend(_error_note(reason) for reason in _first_selection_error_only(found) if _shown(reason))
     return StrategyResult(reasons=tuple(reasons), notes=tuple(notes))
 
 
-def _first_vram_error_only(found: list[Reason]) -> list[Reason]:
-    """GPUStack's pre-check ends at the first selected GPU too small for a layer: one message,
-    although each such GPU keeps its typed reason."""
-    vram = [reason for reason in found if reason.kind is ReasonKind.INSUFFICIENT_VRAM]
-    return [reason for reason in found if reason.kind is not ReasonKind.INSUFFICIENT_VRAM or reason is vram[0]]
+_SELECTED_GPU_ERRORS = frozenset({ReasonKind.INSUFFICIENT_VRAM, ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU})
+"""What GPUStack's look at each selected GPU stops at, in its order."""
 
 
-_INPUT_ERRORS = frozenset({ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU, ReasonKind.DISTRIBUTION_NOT_ALLOWED})
-"""Selection reasons kept whatever GPUStack would check: bad input, and the typed cause of a
-selection across workers without distribution."""
+def _first_selection_error_only(found: list[Reason]) -> list[Reason]:
+    """GPUStack's pre-check ends at the first selected GPU that is missing or too small for a layer:
+    one message, although each such GPU keeps its typed reason."""
+    first = next((reason for reason in found if reason.kind in _SELECTED_GPU_ERRORS), None)
+    return [reason for reason in found if reason.kind not in _SELECTED_GPU_ERRORS or reason is first]
+
+
+_KEPT_UNCHECKED = frozenset({ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU, ReasonKind.DISTRIBUTION_NOT_ALLOWED})
+"""Selection reasons kept (unshown) where GPUStack would not check them: the selection names what
+is not in the cluster, or spans workers without distribution."""
 
 
 def _shown(reason: Reason) -> bool:
@@ -107,7 +114,7 @@ def _nothing_allocatable(ctx: Context) -> list[Reason]:
     gets the selection's error too, whatever RAM is left (GPUStack counts GPUs with VRAM, before
     it looks at each selected GPU).
     """
-    if ctx.workers and (ctx.selection is None or ctx.gpus or not _selection_exists(ctx)):
+    if ctx.workers and (ctx.selection is None or ctx.gpus):
         return []
     if ctx.selection is not None:
         message = f"Selected GPUs need at least {gib(ctx.local_floor(False))} GiB of available VRAM."
@@ -118,13 +125,6 @@ def _nothing_allocatable(ctx: Context) -> list[Reason]:
     else:
         return []
     return [Reason(kind=ReasonKind.NO_CANDIDATE, resource="workers", message=message)]
-
-
-def _selection_exists(ctx: Context) -> bool:
-    """Every selected GPU is in the cluster (an unknown one is named by its own input error)."""
-    return not any(
-        reason.kind in (ReasonKind.UNKNOWN_WORKER, ReasonKind.UNKNOWN_GPU) for reason in _selection_errors(ctx)
-    )
 
 
 def _selection_errors(ctx: Context) -> list[Reason]:
@@ -149,19 +149,24 @@ def _selection_errors(ctx: Context) -> list[Reason]:
 def _selected_gpu_error(ctx: Context, cluster: Cluster, worker_name: str, gpu_type: str, index: int) -> Reason | None:
     ref = f"{worker_name}:{gpu_type}:{index}"
     if not cluster.has_worker(worker_name):
-        message = f"Selected GPU {ref}: worker {worker_name} is not in the cluster."
+        message = f"Selected GPUs's worker {worker_name} not found in the workers list."  # GPUStack's words
         return Reason(kind=ReasonKind.UNKNOWN_WORKER, resource="gpu_selection", worker=worker_name, message=message)
     worker = cluster.worker(worker_name)
-    if not worker.has_gpu(index) or worker.gpu(index).type != gpu_type:
-        message = f"Selected GPU {ref} does not exist on worker {worker_name}."
+    needed = ctx.local_floor(worker.unified_memory)
+    message = f"Selected GPU {ref} lacks enough VRAM. At least {gib(needed)} GiB is required."
+    if not worker.has_gpu(index) or worker.gpu(index).type != gpu_type:  # GPUStack: no VRAM on a missing GPU
         return Reason(
-            kind=ReasonKind.UNKNOWN_GPU, resource="gpu_selection", worker=worker_name, gpu_index=index, message=message
+            kind=ReasonKind.UNKNOWN_GPU,
+            resource="gpu_selection",
+            needed_bytes=needed,
+            available_bytes=0,
+            worker=worker_name,
+            gpu_index=index,
+            message=message,
         )
     available = worker.gpu(index).allocatable_vram_bytes
-    needed = ctx.local_floor(worker.unified_memory)
     if available >= needed:
         return None
-    message = f"Selected GPU {ref} lacks enough VRAM. At least {gib(needed)} GiB is required."
     return Reason(
         kind=ReasonKind.INSUFFICIENT_VRAM,
         resource="vram",
