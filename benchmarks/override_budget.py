@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from layerfit.domain.expert_flags import EXPERTS_PATTERN, ExpertFlags, expert_block_pattern
+from layerfit.domain.expert_flags import DOCUMENTED_OVERRIDES, ExpertFlags
 from layerfit.domain.pattern_cost import cost_problem, search_core, search_paths
 from layerfit.estimators.gguf_reader import MAX_TENSORS
 from layerfit.estimators.overrides import SEARCH_BUDGET, SEARCH_CALL_PATHS, _first_hit, search_cores, search_cost
@@ -40,15 +40,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from override_patterns import random_pattern
 
 LENGTHS = (16, 32, 48, 63)
-DOCUMENTED = [
-    r"\.ffn_(up|down|gate)_exps",
-    r"blk\.(1[0-9]|2[0-9])\.ffn_.*",
-    "exps",
-    EXPERTS_PATTERN,
-    expert_block_pattern(60),
-    r".*ffn_.*exps.*",
-    r"blk\.[0-9]+\.ffn_(?:up|down)_exps",
-]
 
 
 def adversarial_names(pattern: str, length: int) -> list[str]:
@@ -117,7 +108,7 @@ def real_share() -> tuple[float, str, str]:
     worst = (0.0, "", "")
     for model, spec in REAL_MODELS.items():
         names = [tensor.name for tensor in tensor_table(spec)]
-        for pattern in DOCUMENTED:
+        for pattern in DOCUMENTED_OVERRIDES:
             worst = max(worst, (search_cost(names, [search_core(pattern)]) / SEARCH_BUDGET, model, pattern))
     return worst
 

@@ -10,6 +10,7 @@ from fixtures_gguf import write_tiny
 
 from layerfit.domain import LlamaParams
 from layerfit.domain.expert_flags import (
+    DOCUMENTED_OVERRIDES,
     EXPERTS_PATTERN,
     MAX_OVERRIDES,
     ExpertFlags,
@@ -123,19 +124,7 @@ def test_estimate_refuses_what_does_not_fit_the_model(tmp_path: Path) -> None:
     assert attention.fixed_host_experts == (0,) and attention.block_expert_bytes == (256 * 256 * 2, 0, 0, 0)
 
 
-LLAMA_CPP_DOC_PATTERNS = [
-    r"\.ffn_(up|down|gate)_exps",
-    r"blk\.(1[0-9]|2[0-9])\.ffn_.*",
-    "exps",
-    EXPERTS_PATTERN,
-    expert_block_pattern(60),
-    r".*ffn_.*exps.*",
-    r"blk\.[0-9]+\.ffn_(?:up|down)_exps",
-]
-"""Patterns from llama.cpp's documentation and presets (and two written like them)."""
-
-
-@pytest.mark.parametrize("pattern", LLAMA_CPP_DOC_PATTERNS)
+@pytest.mark.parametrize("pattern", DOCUMENTED_OVERRIDES)
 def test_real_patterns_are_within_the_search_bound(pattern: str) -> None:
     assert compile_pattern("-ot", pattern).pattern == pattern
     assert search_paths(pattern) <= MAX_SEARCH_PATHS

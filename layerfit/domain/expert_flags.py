@@ -59,6 +59,19 @@ def expert_block_pattern(block: int) -> str:
     return rf"blk\.{block}{EXPERTS_PATTERN}"
 
 
+DOCUMENTED_OVERRIDES = (
+    r"\.ffn_(up|down|gate)_exps",
+    r"blk\.(1[0-9]|2[0-9])\.ffn_.*",
+    "exps",
+    EXPERTS_PATTERN,
+    expert_block_pattern(60),
+    r".*ffn_.*exps.*",
+    r"blk\.[0-9]+\.ffn_(?:up|down)_exps",
+)
+"""``-ot`` patterns from llama.cpp's documentation and presets (and two written like them): what
+the pattern bounds must accept with room to spare."""
+
+
 _EXPERT_NAMES = tuple(f".ffn_{kind}_{ch}exps" for kind in ("up", "down", "gate", "gate_up") for ch in ("", "ch"))
 """The strings ``EXPERTS_PATTERN`` matches (it has no repeats: exactly these eight)."""
 _BLOCK = "blk."
