@@ -3,7 +3,8 @@ budget accepts takes, before and after.
 
 1. Rate: random accepted ``-ot`` patterns (``override_patterns.random_pattern``), each searched by
    its core (``pattern_cost.search_core``) on adversarial names of 16 to 63 bytes; the slowest
-   time per counted path (``SEARCH_CALL_PATHS`` + ``search_paths`` of the core at that length) times
+   time per counted path (``overrides.name_cost``: ``SEARCH_CALL_PATHS``, plus ``names_paths`` of the
+   core on a name holding its key literal) times
    ``SEARCH_BUDGET`` is the longest the accepted searches can take. Checked against ``--target``.
 2. At the budget: the slowest pattern of step 1 on as many adversarial names as the budget
    admits, timed end to end (``search_cores`` and every search).
@@ -30,9 +31,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 from layerfit.domain.expert_flags import DOCUMENTED_OVERRIDES, ExpertFlags
-from layerfit.domain.pattern_cost import cost_problem, search_core, search_paths
+from layerfit.domain.pattern_cost import anchors, cost_problem, search_core
 from layerfit.estimators.gguf_reader import MAX_TENSORS
-from layerfit.estimators.overrides import SEARCH_BUDGET, SEARCH_CALL_PATHS, _first_hit, search_cores, search_cost
+from layerfit.estimators.overrides import (
+    SEARCH_BUDGET,
+    SEARCH_CALL_PATHS,
+    _first_hit,
+    name_cost,
+    search_cores,
+    search_cost,
+)
 from layerfit.estimators.synthetic_catalogue import REAL_MODELS
 from layerfit.estimators.synthetic_spec import tensor_table
 
@@ -46,7 +54,7 @@ def adversarial_names(pattern: str, length: int) -> list[str]:
     """Names that make backtracking work: one repeated character, and the pattern's own literals."""
     literals = "".join(c for c in pattern if c.isalnum()) or "a"
     built = (literals * length)[: length - 1]
-    return [
+    names = [
         "a" * length,
         ("1." * length)[: length - 1] + "1",
         built + "!",
@@ -54,6 +62,12 @@ def adversarial_names(pattern: str, length: int) -> list[str]:
         "." * length,
         ("ab" * length)[:length],
     ]
+    found = anchors(search_core(pattern))
+    if found.required:  # names a search is not spared: its literals, the first one many times
+        joined = "".join(found.required)
+        names += [(joined + "a" * length)[:length], (joined * length)[:length]]
+        names.append((found.required[0] * length)[: max(0, length - len(joined))] + joined)
+    return [name for name in names if len(name) <= length]
 
 
 def per_call(search: Callable[[str], object], name: str, calls: int = 10, repeats: int = 3) -> float:
@@ -74,9 +88,11 @@ class Rate(NamedTuple):
 
 
 def rate_of(pattern: str, name: str, calls: int, repeats: int) -> Rate:
+    """Seconds per counted path of one search of ``name``, as ``overrides`` runs and counts it."""
     core = search_core(pattern)
-    seconds = per_call(re.compile(core, re.ASCII).search, name, calls, repeats)
-    return Rate(seconds / (SEARCH_CALL_PATHS + search_paths(core, len(name))), pattern, name)
+    regex, key = re.compile(core, re.ASCII), anchors(core).key([name])
+    seconds = per_call(lambda text: key in text and regex.search(text), name, calls, repeats)
+    return Rate(seconds / name_cost(core, name), pattern, name)
 
 
 def slowest_rates(count: int, seed: int, keep: int = 5) -> list[Rate]:
@@ -96,11 +112,13 @@ def slowest_rates(count: int, seed: int, keep: int = 5) -> list[Rate]:
 
 def at_budget(pattern: str, name: str) -> tuple[float, int, int]:
     """Seconds to check and search as many copies of ``name`` as the budget admits."""
-    names = [name] * (SEARCH_BUDGET // search_cost([name], [search_core(pattern)]))
+    most = SEARCH_BUDGET // max(SEARCH_CALL_PATHS, search_cost([name], [search_core(pattern)]))  # the floor too
+    names = [name] * most
     start = time.perf_counter()
     searches = search_cores(names, [pattern], "bench")
+    regex, key = searches[0]
     for name in names:
-        searches[0].search(name)
+        _ = key in name and regex.search(name)
     return time.perf_counter() - start, len(names), search_cost(names, [search_core(pattern)])
 
 

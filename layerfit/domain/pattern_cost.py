@@ -24,7 +24,7 @@ the pattern does, and ``search_paths`` at the model's longest name bounds each s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -43,6 +43,8 @@ each in turn (``--n-cpu-moe 4095`` uses 2,096,640)."""
 READ_CACHE = 8192
 """Patterns whose reading is kept: parsing a deployment's flags, checking them and estimating read
 each pattern several times (a 1,024-byte pattern takes a few ms)."""
+KEY_CANDIDATES = 4
+"""Required literals of a pattern looked for in every name to choose its key (each a scan per name)."""
 _SATURATED = MAX_SEARCH_PATHS * (LONGEST_TENSOR_NAME + 1) + 1
 _QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}")
 _ZERO_WIDTH_ESCAPES = frozenset("bB")
@@ -71,7 +73,69 @@ def search_paths(pattern: str, length: int = LONGEST_TENSOR_NAME) -> int:
     """An upper bound on the backtracking paths of one search of a name of at most ``length`` bytes
     (saturated above ``MAX_SEARCH_PATHS``), growing with ``length``; ``pattern`` must compile and
     pass ``size_problem``."""
-    return _product(length + 1, _Reader(pattern, length).alternation().ways)
+    return _product(length + 1, match_paths(pattern, length))
+
+
+@lru_cache(maxsize=READ_CACHE)
+def match_paths(pattern: str, length: int) -> int:
+    """An upper bound on the backtracking paths of one match attempt at one position of a name of
+    at most ``length`` bytes (``search_paths`` tries every position)."""
+    return _Reader(pattern, length).alternation().ways
+
+
+class Anchors(NamedTuple):
+    """Literals every match of a pattern holds, which spare a search or narrow where it starts."""
+
+    required: tuple[str, ...] = ()
+    """The top-level literal runs: a name without one of them cannot match, and is not searched."""
+    leading: str = ""
+    """The literal every match starts with ("" when it starts otherwise): a search tries only where
+    it occurs (Python's ``re`` finds those places by a literal scan)."""
+
+    def key(self, names: Sequence[str]) -> str:
+        """Of the ``KEY_CANDIDATES`` longest required literals, the one that occurs least in ``names``
+        ("" when none is required)."""
+        longest = sorted(self.required, key=len, reverse=True)[:KEY_CANDIDATES]
+        if len(longest) < 2:
+            return longest[0] if longest else ""
+        joined = "\0".join(names)  # names and patterns hold no NUL: occurrences, a scan each
+        return min(longest, key=joined.count)
+
+
+@lru_cache(maxsize=READ_CACHE)
+def anchors(pattern: str) -> Anchors:
+    """The literals of ``pattern``'s top-level sequence, as Python's parser reads it (none for a
+    top-level alternation or a case-insensitive pattern)."""
+    parsed = re._parser.parse(pattern, re.ASCII)  # type: ignore[attr-defined]
+    if parsed.state.flags & re.IGNORECASE:
+        return Anchors()
+    literal = re._constants.LITERAL  # type: ignore[attr-defined]
+    runs: list[str] = []
+    current: list[str] = []
+    for op, value in [*parsed, (None, None)]:
+        if op is literal:
+            current.append(chr(value))
+        elif current:
+            runs.append("".join(current))
+            current = []
+    return Anchors(tuple(runs), runs[0] if len(parsed) > 0 and parsed[0][0] is literal else "")
+
+
+def names_paths(pattern: str, names: Sequence[str], key: str) -> int:
+    """An upper bound on the backtracking paths of one search of each of ``names`` that holds
+    ``key`` (a literal every match holds; the others are not searched): their start positions (each
+    occurrence of the leading literal, else every position) times ``match_paths`` at the longest."""
+    searched = [name for name in names if key in name]
+    if not searched:
+        return 0
+    longest = max(map(len, searched))
+    leading = anchors(pattern).leading
+    if leading:
+        overlapping = any(leading[:k] == leading[-k:] for k in range(1, len(leading)))
+        starts = "\0".join(searched).count(leading) * (len(leading) if overlapping else 1)
+    else:
+        starts = len(searched) * (longest + 1)
+    return starts * match_paths(pattern, longest)
 
 
 @lru_cache(maxsize=READ_CACHE)

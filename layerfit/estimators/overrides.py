@@ -31,13 +31,23 @@ from layerfit.errors import InputError
 from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
 from layerfit.estimators.shape import ModelShape
 
-SEARCH_CALL_PATHS = 20
-"""What one ``re.search`` call costs besides its backtracking, counted in paths (a call takes
-~0.4 us, a path up to ~20 ns: ``benchmarks/override_patterns.py --tensors``)."""
+SEARCH_CALL_PATHS = 40
+"""What testing one name against one pattern costs besides the search's backtracking, counted in
+paths of up to ~20 ns: a ``re.search`` call (~0.4 us, ``benchmarks/override_patterns.py --tensors``),
+and the key literal looked for in the name, here and when the search is counted."""
 SEARCH_BUDGET = 50_000_000
-"""Most paths the ``-ot`` searches of one estimate may take: the model's tensors times, per
-pattern, ``SEARCH_CALL_PATHS`` plus the paths of its search core on the longest name. About a second
-at the slowest measured rate; a real model with llama.cpp's documented patterns uses under 2 %."""
+"""Most paths the ``-ot`` searches of one estimate may take: per pattern and tensor
+``SEARCH_CALL_PATHS``, and for the names holding the pattern's key literal (the required literal
+the fewest names hold) the paths of its search core on them (``pattern_cost.names_paths``). About a
+second at the slowest measured rate; a real model with llama.cpp's documented patterns uses well
+under 1 %."""
+
+
+class _Search(NamedTuple):
+    """One ``-ot`` pattern's search: its core, compiled, and the literal a name must hold first."""
+
+    regex: re.Pattern[str]
+    key: str
 
 
 class HostOverrides(NamedTuple):
@@ -95,30 +105,37 @@ def resolve(shape: ModelShape, flags: ExpertFlags) -> HostOverrides:
     return HostOverrides(block_bytes=tuple(host), warnings=warnings, tensors=tuple(kept))
 
 
-def search_cores(names: Sequence[str], patterns: Sequence[str], path: str) -> list[re.Pattern[str]]:
-    """The ``-ot`` patterns' search cores, compiled (``pattern_cost.search_core``: the same verdict
-    in fewer steps); ``InputError`` when testing every name against them exceeds ``SEARCH_BUDGET``."""
+def search_cores(names: Sequence[str], patterns: Sequence[str], path: str) -> list[_Search]:
+    """The ``-ot`` patterns' searches (``pattern_cost.search_core``: the same verdict in fewer steps;
+    a name without the core's key literal is not searched); ``InputError`` when testing every name
+    against them exceeds ``SEARCH_BUDGET``."""
     floor = len(names) * len(patterns) * SEARCH_CALL_PATHS
-    if floor > SEARCH_BUDGET:  # refused before reading the patterns
+    if floor > SEARCH_BUDGET:  # refused before reading the patterns, or counting their paths name by name
         raise InputError(OVERRIDE_FLAGS[0], _over_budget(len(names), patterns, path, floor))
     for text in patterns:
         compile_pattern(OVERRIDE_FLAGS[0], text)
-    from layerfit.domain.pattern_cost import search_core  # only with -ot: off the estimate's start-up path
+    from layerfit.domain.pattern_cost import anchors, search_core  # only with -ot: off the estimate's start-up path
 
     cores = [search_core(text) for text in patterns]
     paths = search_cost(names, cores)
     if paths > SEARCH_BUDGET:
         raise InputError(OVERRIDE_FLAGS[0], _over_budget(len(names), patterns, path, paths))
-    return [re.compile(core, re.ASCII) for core in cores]
+    return [_Search(re.compile(core, re.ASCII), anchors(core).key(names)) for core in cores]
 
 
 def search_cost(names: Sequence[str], cores: Sequence[str]) -> int:
-    """What ``SEARCH_BUDGET`` counts: per name and per core, ``SEARCH_CALL_PATHS`` and the core's
-    backtracking paths on a name as long as the longest."""
-    from layerfit.domain.pattern_cost import search_paths  # only with -ot
+    """What ``SEARCH_BUDGET`` counts: per name and per core ``SEARCH_CALL_PATHS``, and the paths of
+    searching the names that hold the core's key literal (``pattern_cost.names_paths``); the key is
+    looked for in every name once per required literal, each such scan counted in the call's paths."""
+    from layerfit.domain.pattern_cost import anchors, names_paths  # only with -ot
 
-    longest = max(map(len, names), default=0)
-    return len(names) * sum(SEARCH_CALL_PATHS + search_paths(core, longest) for core in cores)
+    searched = sum(names_paths(core, names, anchors(core).key(names)) for core in cores)
+    return len(names) * len(cores) * SEARCH_CALL_PATHS + searched
+
+
+def name_cost(core: str, name: str) -> int:
+    """What ``search_cost`` counts for one name and one core."""
+    return search_cost([name], [core])
 
 
 def _over_budget(tensors: int, patterns: Sequence[str], path: str, paths: int) -> str:
@@ -131,10 +148,10 @@ def _over_budget(tensors: int, patterns: Sequence[str], path: str, paths: int) -
     )
 
 
-def _first_hit(name: str, searches: list[re.Pattern[str]], flags: ExpertFlags) -> _Hit | None:
+def _first_hit(name: str, searches: list[_Search], flags: ExpertFlags) -> _Hit | None:
     """The first override that matches ``name``, in llama.cpp's order (``ExpertFlags.patterns``)."""
-    for index, search in enumerate(searches):
-        if search.search(name):
+    for index, (regex, key) in enumerate(searches):
+        if key in name and regex.search(name):
             return _Hit(OVERRIDE_FLAGS[1], flags.override_tensor[index], index)
     if not flags.cpu_moe and not flags.n_cpu_moe:
         return None
