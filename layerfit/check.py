@@ -76,7 +76,7 @@ def capacity_reasons(cluster: Cluster, *all_claims: Claims) -> tuple[Reason, ...
 
 def unified_workers(cluster: Cluster) -> frozenset[str]:
     """Names of the workers with one CPU/GPU memory pool."""
-    return frozenset(worker.name for worker in cluster.workers if worker.unified_memory)
+    return cluster.unified_names
 
 
 def reference_reasons(cluster: Cluster, layout: Layout) -> tuple[Reason, ...]:

@@ -176,6 +176,11 @@ class Cluster(Frozen):
     def _by_name(self) -> dict[str, Worker]:
         return {worker.name: worker for worker in self.workers}
 
+    @cached_property
+    def unified_names(self) -> frozenset[str]:
+        """Names of the workers with one CPU/GPU memory pool (computed once: checks ask per layout)."""
+        return frozenset(worker.name for worker in self.workers if worker.unified_memory)
+
     def worker(self, name: str) -> Worker:
         """The worker with this name; ``InputError`` if there is none."""
         try:

@@ -12,7 +12,10 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
+
+import numpy as np
 
 from layerfit.check import checked_claims, offload_order_reasons, rule_reasons
 from layerfit.deadline import Deadline
@@ -22,6 +25,7 @@ from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.layout import Claims, DeviceAssignment, Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.fleet.budget import HOST_LAYOUT_S, PLANNER_S
+from layerfit.fleet.gpu_table import BoolArray, GpuTable, IntArray
 from layerfit.layouts import worker_layouts
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import make_layout
@@ -57,11 +61,53 @@ def _single_template(
     return compute_claims(profile, layout, {worker.name} if worker.unified_memory else ())
 
 
-def _template_fits(template: Claims, worker: Worker, index: int) -> bool:
-    ram = template.workers[0].pool_bytes if worker.unified_memory else template.workers[0].ram_bytes
-    return template.devices[0].total_bytes <= worker.gpu(index).allocatable_vram_bytes and (
-        ram <= worker.allocatable_ram_bytes
-    )
+class _Fitting:
+    """The GPUs a single-GPU full offload fits on alone (rows of the fleet's ``GpuTable``, in
+    cluster order), and its claims per memory kind (unified or not): they depend only on that, so
+    the memory model and the rules run once per kind."""
+
+    def __init__(self, table: GpuTable, fits: BoolArray, templates: dict[bool, Claims | None]) -> None:
+        self.table, self.fits, self.templates = table, fits, templates
+        self.rows = np.flatnonzero(fits)
+
+    def __bool__(self) -> bool:
+        return len(self.rows) > 0
+
+    @cached_property
+    def _by_room(self) -> IntArray:
+        order = self.table.by_room
+        return order[self.fits[order]]
+
+    def chosen(self, limit: int, offset: int) -> list[tuple[Worker, int]]:
+        """Every fitting GPU, or (past ``limit``) half of those that fit tightest (the same ones for
+        every deployment, so that several can share a GPU) and half spread evenly over the rest
+        (so that deployments do not all compete for the same few)."""
+        if limit <= 0 or len(self.rows) <= limit:
+            return [self.table.gpu(int(row)) for row in self.rows]
+        by_room: list[int] = self._by_room.tolist()
+        tight = by_room[: limit // 2]
+        rest = _stratified(by_room[limit // 2 :], limit - len(tight), offset)
+        return [self.table.gpu(row) for row in [*tight, *rest]]
+
+
+def _fitting_gpus(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, table: GpuTable
+) -> _Fitting:
+    """The GPUs (of the selection, where there is one) a full offload fits on alone."""
+    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
+    mask = table.selected(selected)
+    templates: dict[bool, Claims | None] = {}
+    fits = np.zeros(len(mask), dtype=np.bool_)
+    for unified in (False, True):
+        first = table.first_of_kind(mask, unified)
+        if first is None:
+            continue
+        worker, index = table.gpu(first)
+        template = templates[unified] = _single_template(cluster, deployment, profile, config, worker, index)
+        if template is not None:
+            ram = template.workers[0].pool_bytes if unified else template.workers[0].ram_bytes
+            fits |= table.fitting(mask, unified, template.devices[0].total_bytes, ram)
+    return _Fitting(table, fits, templates)
 
 
 def _moved_template(template: Claims, worker: Worker, index: int) -> Claims:
@@ -73,38 +119,12 @@ def _moved_template(template: Claims, worker: Worker, index: int) -> Claims:
     )
 
 
-def _fitting_gpus(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig
-) -> tuple[list[tuple[Worker, int]], dict[bool, Claims | None]]:
-    """The GPUs a full offload fits on alone, and its claims per memory kind (unified or not):
-    they depend only on that, so the memory model and the rules run once per kind."""
-    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
-    templates: dict[bool, Claims | None] = {}
-    fitting: list[tuple[Worker, int]] = []
-    for worker in cluster.workers:
-        for gpu in worker.gpus:
-            if selected is not None and (worker.name, gpu.index) not in selected:
-                continue
-            unified = worker.unified_memory
-            if unified not in templates:
-                templates[unified] = _single_template(cluster, deployment, profile, config, worker, gpu.index)
-            template = templates[unified]
-            if template is not None and _template_fits(template, worker, gpu.index):
-                fitting.append((worker, gpu.index))
-    return fitting, templates
-
-
 def _chosen_singles(
-    profile: MemoryProfile,
-    config: PlannerConfig,
-    fitting: tuple[list[tuple[Worker, int]], dict[bool, Claims | None]],
-    limit: int,
-    offset: int,
+    profile: MemoryProfile, config: PlannerConfig, fitting: _Fitting, limit: int, offset: int
 ) -> list[tuple[Layout, Claims]]:
-    gpus, templates = fitting
     chosen = []
-    for worker, index in _shared_and_spread(gpus, limit, offset):
-        template = templates[worker.unified_memory]
+    for worker, index in fitting.chosen(limit, offset):
+        template = fitting.templates[worker.unified_memory]
         if template is not None:
             chosen.append((_single_layout(profile, config, worker, index), _moved_template(template, worker, index)))
     return chosen
@@ -114,19 +134,8 @@ def _single_gpu_candidates(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, limit: int, offset: int
 ) -> list[tuple[Layout, Claims]]:
     """Full offloads on one GPU that fit (at most ``limit``, chosen from ``offset``)."""
-    fitting = _fitting_gpus(cluster, deployment, profile, config)
+    fitting = _fitting_gpus(cluster, deployment, profile, config, GpuTable.of(cluster))
     return _chosen_singles(profile, config, fitting, limit, offset)
-
-
-def _shared_and_spread(fitting: list[tuple[Worker, int]], limit: int, offset: int) -> list[tuple[Worker, int]]:
-    """Half of the GPUs that fit tightest (the same ones for every deployment, so that several can
-    share a GPU), half spread evenly over the rest (so that deployments do not all compete for the
-    same few)."""
-    if limit <= 0 or len(fitting) <= limit:
-        return fitting
-    by_room = sorted(fitting, key=lambda item: (item[0].gpu(item[1]).allocatable_vram_bytes, item[0].name, item[1]))
-    tight = by_room[: limit // 2]
-    return tight + _stratified(by_room[limit // 2 :], limit - len(tight), offset)
 
 
 def _lower_bound_vram(profile: MemoryProfile) -> int:
@@ -134,19 +143,10 @@ def _lower_bound_vram(profile: MemoryProfile) -> int:
     return sum(profile.block_weight_bytes) + sum(profile.block_kv_bytes) + profile.output_weight_bytes
 
 
-def _multi_gpu_hosts(cluster: Cluster, deployment: Deployment, profile: MemoryProfile) -> list[Worker]:
+def _multi_gpu_hosts(deployment: Deployment, profile: MemoryProfile, table: GpuTable) -> list[Worker]:
     """Workers with several GPUs whose VRAM together can hold a full offload, smallest first."""
-    needed = _lower_bound_vram(profile)
-    return sorted(
-        (
-            worker
-            for worker in cluster.workers
-            if len(worker.gpus) > 1
-            and (deployment.gpu_selection is None or worker.name in deployment.selected_workers)
-            and sum(gpu.allocatable_vram_bytes for gpu in worker.gpus) >= needed
-        ),
-        key=lambda worker: (sum(gpu.allocatable_vram_bytes for gpu in worker.gpus), worker.name),
-    )
+    named = None if deployment.gpu_selection is None else set(deployment.selected_workers)
+    return table.hosts(_lower_bound_vram(profile), named)
 
 
 def _planner_candidates(
@@ -171,10 +171,12 @@ Member = tuple[tuple[Layout, ...], int, int]
 class _Shared:
     """What the candidates of identical deployments share, each piece computed once when first needed."""
 
-    def __init__(self, cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig) -> None:
+    def __init__(
+        self, cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, table: GpuTable
+    ) -> None:
         self.cluster, self.deployment, self.profile, self.config = cluster, deployment, profile, config
-        self.fitting = _fitting_gpus(cluster, deployment, profile, config)
-        self.hosts = [] if deployment.kind is ModelKind.IMAGE else _multi_gpu_hosts(cluster, deployment, profile)
+        self.fitting = _fitting_gpus(cluster, deployment, profile, config, table)
+        self.hosts = [] if deployment.kind is ModelKind.IMAGE else _multi_gpu_hosts(deployment, profile, table)
         self._on_host: dict[str, tuple[Layout, Claims] | None] = {}
         self._planner: CandidateSet | None = None
 
@@ -240,10 +242,10 @@ def _member_candidates(shared: _Shared, member: Member, limit: int, allowance: A
     current, offset, replicas = member
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
     found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
-    fits_one_worker = bool(shared.fitting[0])
+    fits_one_worker = bool(shared.fitting)
     for worker in _stratified(shared.hosts, limit, offset):
         if not shared.has_host(worker):
-            optional = bool(shared.fitting[0]) and len(found) >= replicas
+            optional = bool(shared.fitting) and len(found) >= replicas
             if optional and not allowance.take(HOST_LAYOUT_S):
                 continue
             if not optional:
@@ -266,9 +268,9 @@ def _member_candidates(shared: _Shared, member: Member, limit: int, allowance: A
     return tuple(unique.items())
 
 
-def host_demand(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, members: int, limit: int) -> float:
+def host_demand(deployment: Deployment, profile: MemoryProfile, members: int, limit: int, table: GpuTable) -> float:
     """Nominal seconds a group of identical deployments' candidates take at most, about."""
-    hosts = len(_multi_gpu_hosts(cluster, deployment, profile))
+    hosts = len(_multi_gpu_hosts(deployment, profile, table))
     looked_at = hosts if limit <= 0 else min(hosts, limit * members)
     return HOST_LAYOUT_S * looked_at + (0.0 if hosts else PLANNER_S)
 
@@ -287,22 +289,23 @@ def group_candidates(
     the work: the fitting GPUs, each worker's multi-GPU layout and the planner's layouts; and
     whether any was cut short (by ``work_s``, or at ``until``: ``time.time()``)."""
     sets, allowance = budgeted_candidates(
-        cluster, deployment, profile, config, members, limit, Allowance(work_s, until)
+        (cluster, GpuTable.of(cluster)), (deployment, profile, config, tuple(members), limit, Allowance(work_s, until))
     )
     return sets, allowance.cut or allowance.stopped
 
 
-def budgeted_candidates(
-    cluster: Cluster,
-    deployment: Deployment,
-    profile: MemoryProfile,
-    config: PlannerConfig,
-    members: Sequence[Member],
-    limit: int,
-    allowance: Allowance,
-) -> tuple[tuple[CandidateSet, ...], Allowance]:
-    """``group_candidates`` within ``allowance``, which comes back with what cut it short."""
-    shared = _Shared(cluster, deployment, profile, config)
+GroupTask = tuple[Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int, Allowance]
+"""A group of identical deployments: the first one, its profile, the rules, the members, the cap
+on single-GPU candidates and the allowance."""
+Fleetside = tuple[Cluster, GpuTable]
+"""What every group's task shares: the cluster, and its GPUs as arrays (sent once per process)."""
+
+
+def budgeted_candidates(fleetside: Fleetside, task: GroupTask) -> tuple[tuple[CandidateSet, ...], Allowance]:
+    """``group_candidates`` within the task's allowance, which comes back with what cut it short."""
+    cluster, table = fleetside
+    deployment, profile, config, members, limit, allowance = task
+    shared = _Shared(cluster, deployment, profile, config, table)
     return tuple(_member_candidates(shared, member, limit, allowance) for member in members), allowance
 
 
@@ -346,14 +349,6 @@ def valid_candidates(
         if not reasons and claims is not None:
             valid.append((layout, claims))
     return tuple(valid)
-
-
-GroupTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int, Allowance]
-
-
-def group_task(args: GroupTask) -> tuple[tuple[CandidateSet, ...], Allowance]:
-    """A group of identical deployments' candidates from a picklable task (for the executors)."""
-    return budgeted_candidates(*args)
 
 
 def identical_groups(deployments: Sequence[Deployment], profiles: Mapping[str, MemoryProfile]) -> list[list[int]]:

@@ -32,17 +32,26 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
 from layerfit.fleet.candidates import CandidateSet, identical_groups
-from layerfit.fleet.executors import run_tasks
+from layerfit.fleet.executors import run_shared
 from layerfit.fleet.gaps import UNITS, gap
 from layerfit.fleet.gaps import tier_bound as gap_bound
 from layerfit.fleet.lp import GPUS, LAYERS, MOVES, PLACED, Fleetwide, Goal, LpSolution, solve_lp
-from layerfit.fleet.pricing import Priced, Prices, PricingTask, claim_value, pricing_task
-from layerfit.fleet.pricing_bound import relaxed_bound
+from layerfit.fleet.pricing import (
+    Priced,
+    Prices,
+    PricingTask,
+    build_cost,
+    claim_value,
+    pricing_task,
+    relaxed_answer,
+)
 
 __all__ = ["GPUS", "LAYERS", "MOVES", "PLACED", "Bound", "ColumnGeneration", "Goal"]
 
 TOLERANCE = 1e-6
 """Reduced costs below this (relative to the deployment's value) count as zero."""
+BUILD_SHARE = 0.5
+"""Share of a round's budget the pricing problems' model builds may take."""
 RETRY_FACTOR = 4.0
 """A round that adds no column prices the problems it cut short again with this much more time."""
 
@@ -115,46 +124,58 @@ class ColumnGeneration:
             for d in self.groups[g]
         )
 
-    def _screened(self, lp: LpSolution, g: int) -> Priced | None:
-        """The group's answer without a search, where the known columns or the relaxation in
-        bytes (``pricing_bound``) settle it."""
+    def _screened(self, lp: LpSolution, g: int, deadline: float) -> tuple[Priced, bool]:
+        """The group's answer without a search, and whether it settles the group: the known
+        columns or the relaxation in bytes (``pricing_bound``); past ``deadline`` (``perf_counter``)
+        the trivial bound (every layer, nothing paid)."""
         group = self.groups[g]
         known = self._known_best(group, lp.prices[g])
         if known is not None:
-            return known
+            return known, True
         deployment = self.deployments[group[0]]
-        bound = relaxed_bound(self.cluster, deployment, self.profiles[deployment.name], lp.prices[g])
-        relaxed = Priced(layouts=(), bound=bound, proven=False)
-        return relaxed if self._settled(lp, g, relaxed) else None
+        profile = self.profiles[deployment.name]
+        if time.perf_counter() >= deadline:
+            return Priced(layouts=(), bound=lp.prices[g].layer_value * profile.n_layers, proven=False), False
+        relaxed = relaxed_answer(self.cluster, deployment, profile, lp.prices[g])
+        return relaxed, self._settled(lp, g, relaxed)
 
     def _price_all(
         self, lp: LpSolution, budget_s: float, deadline: float, earlier: Sequence[Priced] = ()
     ) -> tuple[list[Priced], float]:
         """Every group's pricing problem, those the screen settles without a search; with
         ``earlier`` results of the same LP, only those not settled are solved again. Also each
-        search's deterministic limit."""
-        known = [
-            earlier[g] if earlier and self._settled(lp, g, earlier[g]) else self._screened(lp, g)
+        search's deterministic limit. Building a model is charged (``pricing.build_cost``): only
+        the problems, in order, whose builds fit in ``BUILD_SHARE`` of ``budget_s`` are searched
+        (on 23,600 GPUs one build takes seconds), the others keep the relaxation's answer."""
+        screened = [
+            (earlier[g], True) if earlier and self._settled(lp, g, earlier[g]) else self._screened(lp, g, deadline)
             for g in range(len(self.groups))
         ]
-        limit = self._task_limit(budget_s, sum(answer is None for answer in known))
+        unsettled = [g for g, (_, settled) in enumerate(screened) if not settled]
+        limit = self._task_limit(budget_s, len(unsettled))
+        searched, builds = [], 0.0
+        for g in unsettled:
+            build = build_cost(self.cluster, self.deployments[self.groups[g][0]])
+            if builds + build > BUILD_SHARE * budget_s:
+                break
+            searched.append(g)
+            builds += build
+        until = time.time() + (deadline - time.perf_counter())  # the tasks may run in other processes
         tasks: list[PricingTask] = [
             (
-                self.cluster,
-                self.deployments[group[0]],
-                self.profiles[self.deployments[group[0]].name],
+                self.deployments[self.groups[g][0]],
+                self.profiles[self.deployments[self.groups[g][0]].name],
                 self.planner_config,
                 lp.prices[g],
                 limit,
-                time.time() + (deadline - time.perf_counter()),  # the tasks may run in other processes
+                until,
             )
-            for g, (group, answer) in enumerate(zip(self.groups, known, strict=True))
-            if answer is None
+            for g in searched
         ]
-        results = run_tasks(pricing_task, tasks, self.config)
-        self.work_s += sum(result.work_s for result in results)
-        solved = iter(results)
-        return [answer if answer is not None else next(solved) for answer in known], limit
+        results = run_shared(pricing_task, self.cluster, tasks, self.config)
+        self.work_s += sum(result.work_s for result in results) + builds
+        found = dict(zip(searched, results, strict=True))
+        return [found.get(g, answer) for g, (answer, _) in enumerate(screened)], limit
 
     def _task_limit(self, budget_s: float, problems: int) -> float:
         """Each pricing problem's share of a round's budget, as if the ``problems`` left after the

@@ -20,12 +20,13 @@ from layerfit.fleet.candidates import (
     Allowance,
     CandidateSet,
     GroupTask,
-    group_task,
+    budgeted_candidates,
     host_demand,
     identical_groups,
     valid_candidates,
 )
-from layerfit.fleet.executors import run_tasks
+from layerfit.fleet.executors import run_shared
+from layerfit.fleet.gpu_table import GpuTable
 from layerfit.fleet.sequential import heuristic_layout, plan_sequential
 
 SEED_STAGE = "the one-at-a-time seed"
@@ -51,9 +52,10 @@ def fleet_candidates(
     # time.time(), not the deadline's perf_counter: the tasks may run in other processes
     until = None if budget is None else time.time() + budget.deadline.remaining()
     limit = config.max_single_gpu_candidates
+    table = GpuTable.of(fleet.cluster)
     firsts = [fleet.deployments[group[0]] for group in groups]
     demands = [
-        host_demand(fleet.cluster, first, profiles[first.name], len(group), limit)
+        host_demand(first, profiles[first.name], len(group), limit, table)
         for first, group in zip(firsts, groups, strict=True)
     ]
     scale = 1.0 if budget is None else min(1.0, budget.left() / max(1e-9, sum(demands)))
@@ -64,10 +66,11 @@ def fleet_candidates(
             for d in group
         )
         allowance = Allowance(math.inf if budget is None or scale >= 1.0 else demand * scale, until)
-        tasks.append((fleet.cluster, first, profiles[first.name], planner_config, members, limit, allowance))
+        tasks.append((first, profiles[first.name], planner_config, members, limit, allowance))
     found: list[CandidateSet] = [()] * len(fleet.deployments)
     cut: list[str] = []
-    for group, (sets, allowance) in zip(groups, run_tasks(group_task, tasks, config), strict=True):
+    results = run_shared(budgeted_candidates, (fleet.cluster, table), tasks, config)
+    for group, (sets, allowance) in zip(groups, results, strict=True):
         for d, options in zip(group, sets, strict=True):
             found[d] = options
         cut += [fleet.deployments[d].name for d in group] if allowance.cut or allowance.stopped else []

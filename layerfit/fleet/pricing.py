@@ -252,18 +252,37 @@ def price(
     return Priced(layouts=found, bound=bound, proven=proven, complete=complete, work_s=work)
 
 
-PricingTask = tuple[Cluster, Deployment, MemoryProfile, PlannerConfig, Prices, float, float]
+PricingTask = tuple[Deployment, MemoryProfile, PlannerConfig, Prices, float, float]
 """The problem, its deterministic limit, and when it must end (``time.time()``: tasks run in turn,
-maybe in other processes, so each takes what is left of the round's time, not the round's time)."""
+maybe in other processes, so each takes what is left of the round's time, not the round's time);
+the cluster is shared by every task (``executors.run_shared``)."""
 TOO_LATE_S = 0.02
-"""A task with less than this left is not searched: the relaxation answers it."""
+"""A task with less than this left (beyond its model's build) is not searched: the relaxation answers it."""
+BUILD_PER_GPU_S = 0.3e-3
+"""Nominal cost of building a pricing problem's model, per GPU of the cluster (each GPU a class of
+its own under its price): 5.3-6.0 s on 23,600 GPUs for a deployment on one worker."""
+DISTRIBUTED_BUILD = 2.5
+"""A distributed deployment's model costs this many times more to build (13.7 s on those GPUs)."""
 
 
-def pricing_task(task: PricingTask) -> Priced:
-    """One pricing problem from a picklable task (for the executors)."""
-    cluster, deployment, profile, config, prices, limit, until = task
+def build_cost(cluster: Cluster, deployment: Deployment) -> float:
+    """Nominal seconds to build the pricing model of ``deployment`` on ``cluster`` (before any search)."""
+    gpus = sum(len(worker.gpus) for worker in cluster.workers)
+    factor = DISTRIBUTED_BUILD if deployment.distributed_inference_across_workers else 1.0
+    return BUILD_PER_GPU_S * gpus * factor
+
+
+def relaxed_answer(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, prices: Prices) -> Priced:
+    """The pricing problem answered by its relaxation alone (no layout, a valid bound)."""
+    bound = min(prices.layer_value * profile.n_layers, relaxed_bound(cluster, deployment, profile, prices))
+    return Priced(layouts=(), bound=bound, proven=False)
+
+
+def pricing_task(cluster: Cluster, task: PricingTask) -> Priced:
+    """One pricing problem from a picklable task (for the executors); the relaxation alone when
+    the wall clock leaves too little for its model's build and search."""
+    deployment, profile, config, prices, limit, until = task
     left = until - time.time()
-    if left < TOO_LATE_S:
-        bound = min(prices.layer_value * profile.n_layers, relaxed_bound(cluster, deployment, profile, prices))
-        return Priced(layouts=(), bound=bound, proven=False)
+    if left < TOO_LATE_S + build_cost(cluster, deployment):
+        return relaxed_answer(cluster, deployment, profile, prices)
     return price(cluster, deployment, profile, config, prices, limit, left)

@@ -29,20 +29,26 @@ of the priced claims is loose, and it is rarely proven in its time): this one ta
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from layerfit.domain.base import MiB
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import DeviceRole, MemoryProfile
+from layerfit.fleet.gpu_table import BoolArray, GpuTable, IntArray
+from layerfit.fleet.pricing_ceilings import fractional_best
 from layerfit.memory import block_prefix_bytes
 
 if TYPE_CHECKING:
     from layerfit.fleet.pricing import Prices
+
+FloatArray = npt.NDArray[np.float64]
 
 EXACT_GPUS = 64
 """Up to this many GPUs the knapsack is exact in whole blocks per GPU; beyond, fractional."""
@@ -52,17 +58,31 @@ EXACT_GPUS = 64
 class _Gpu:
     """One GPU in the relaxation."""
 
-    values: tuple[float, ...]
-    """``values[b]``: the most ``b`` blocks on it are worth (``values[0] = 0``: not used)."""
+    layer_value: float
+    price: float
+    """Per byte of the GPU's VRAM."""
+    opening: float
+    fixed: int
+    """Least bytes of a device beside its blocks and the output layer."""
+    block: int
+    """Least bytes of a block."""
+    blocks: int
+    """The most blocks it holds."""
     per_block: float
     """The fractional knapsack's value per block (fixed and opening price spread over ``blocks``)."""
     output_cost: float
     """The output layer's weights at the GPU's price (its device's fixed bytes are paid with its
     blocks, or not at all); ``inf`` where they do not fit on the GPU beside those fixed bytes."""
 
-    @property
-    def blocks(self) -> int:
-        return len(self.values) - 1
+    @cached_property
+    def values(self) -> tuple[float, ...]:
+        """``values[b]``: the most ``b`` blocks on it are worth (``values[0] = 0``: not used);
+        only the knapsack in whole blocks reads them."""
+        values = [0.0]
+        for b in range(1, self.blocks + 1):
+            least = self.fixed + b * self.block
+            values.append(self.layer_value * b - self.price * least - self.opening)
+        return tuple(values)
 
 
 def lightest_block_bytes(profile: MemoryProfile) -> int:
@@ -105,15 +125,11 @@ def _gpus(worker: Worker, profile: MemoryProfile, prices: Prices, partial: tuple
         price = prices.gpu.get(key, 0.0) / MiB
         opening = prices.gpu_open.get(key, 0.0)
         blocks = profile.n_blocks if block == 0 else min(profile.n_blocks, room // block)
-        values = [0.0]
-        for b in range(1, blocks + 1):
-            least = fixed + b * block
-            values.append(prices.layer_value * b - price * least - opening)
         paid_once = price * fixed + opening
         per_block = prices.layer_value - price * block - (paid_once / blocks if blocks else 0.0)
         fits_output = room >= profile.output_weight_bytes
         output_cost = price * profile.output_weight_bytes if fits_output else math.inf
-        found.append(_Gpu(values=tuple(values), per_block=per_block, output_cost=output_cost))
+        found.append(_Gpu(prices.layer_value, price, opening, fixed, block, blocks, per_block, output_cost))
     return found
 
 
@@ -164,6 +180,8 @@ def _best(gpus: Sequence[_Gpu], profile: MemoryProfile, prices: Prices, target: 
         options += [_knapsack(gpus, n, target - 1) + output] if target >= 1 else []
         return max(options, default=-math.inf)
     return _knapsack(gpus, n, None) + max(0.0, output)
+
+
 def relaxed_bound(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, prices: Prices) -> float:
     """No valid layout of ``deployment`` is worth more under ``prices`` (see the module docstring)."""
     params = deployment.params
@@ -173,14 +191,92 @@ def relaxed_bound(cluster: Cluster, deployment: Deployment, profile: MemoryProfi
     partial = (False,) if full or (target == profile.n_layers and not profile.is_moe) else (False, True)
     workers = cluster.workers
     if deployment.distributed_inference_across_workers:
-        gpus = [gpu for worker in workers for gpu in _gpus(worker, profile, prices, partial)]
         opened = min((prices.worker_open.get(w.name, 0.0) for w in workers), default=0.0)
+        table = GpuTable.cached(cluster)
+        arrays = _arrays(table, profile, prices, partial)
+        if int(arrays.usable.sum()) > EXACT_GPUS:  # the fractional knapsack, from arrays
+            one = _Arrays(
+                np.zeros_like(arrays.worker), arrays.usable, arrays.per_block, arrays.blocks, arrays.output_cost
+            )
+            return float(_fractional_best(one, 1, profile, prices, target, full)[0]) - opened
+        gpus = [gpu for worker in workers for gpu in _gpus(worker, profile, prices, partial)]
         return _best(gpus, profile, prices, target, full) - opened
-    return max(
-        (
-            _best(_gpus(worker, profile, prices, partial), profile, prices, target, full)
-            - prices.worker_open.get(worker.name, 0.0)
-            for worker in workers
-        ),
-        default=-math.inf,
+
+    def value(w: int) -> float:
+        worker = workers[w]
+        best = _best(_gpus(worker, profile, prices, partial), profile, prices, target, full)
+        return best - prices.worker_open.get(worker.name, 0.0)
+
+    return best_worker(value, worker_ceilings(cluster, profile, prices, partial, target, full))
+
+
+def best_worker(value: Callable[[int], float], ceilings: FloatArray) -> float:
+    """The largest ``value(w)`` over the workers, where ``ceilings[w]`` is at least each: they are
+    looked at in order of ceilings until no ceiling left is above the best value found (a worker
+    whose ceiling only ties it, as many alike workers do, adds nothing but rounding)."""
+    best = -math.inf
+    for w in np.argsort(-ceilings, kind="stable"):
+        if float(ceilings[w]) <= best:
+            break
+        best = max(best, value(int(w)))
+    return best
+
+
+@dataclass(frozen=True)
+class _Arrays:
+    """Every GPU of the fleet in the relaxation, as arrays (``_gpus`` for all workers at once)."""
+
+    worker: IntArray
+    usable: BoolArray
+    """The GPU holds a device of the model (its fixed bytes)."""
+    per_block: FloatArray
+    blocks: IntArray
+    output_cost: FloatArray
+
+
+def _arrays(table: GpuTable, profile: MemoryProfile, prices: Prices, partial: tuple[bool, ...]) -> _Arrays:
+    block = max(0, lightest_block_bytes(profile))
+    fixed_of = {unified: least_device_bytes(profile, unified, partial) for unified in (False, True)}
+    fixed = np.where(table.worker_unified[table.gpu_worker], fixed_of[True], fixed_of[False])
+    room = table.gpu_vram - fixed
+    price = table.row_values(prices.gpu) / MiB
+    opening = table.row_values(prices.gpu_open)
+    usable = room >= 0
+    most = np.full(len(room), profile.n_blocks) if block == 0 else np.minimum(profile.n_blocks, room // max(1, block))
+    blocks = np.where(usable, most, 0).astype(np.int64)
+    paid_once = price * fixed + opening
+    spread = np.divide(paid_once, blocks, out=np.zeros(len(room)), where=blocks > 0)
+    per_block = prices.layer_value - price * block - spread
+    fits_output = usable & (room >= profile.output_weight_bytes)
+    output_cost = np.where(fits_output, price * profile.output_weight_bytes, np.inf)
+    return _Arrays(table.gpu_worker, usable, per_block, blocks, output_cost)
+
+
+def _fractional_best(
+    arrays: _Arrays, n_workers: int, profile: MemoryProfile, prices: Prices, target: int | None, full: bool
+) -> FloatArray:
+    return fractional_best(
+        arrays.worker,
+        arrays.usable,
+        arrays.per_block,
+        arrays.blocks,
+        arrays.output_cost,
+        n_workers,
+        profile.n_blocks,
+        prices.layer_value,
+        target,
+        full,
     )
+
+
+def worker_ceilings(
+    cluster: Cluster, profile: MemoryProfile, prices: Prices, partial: tuple[bool, ...], target: int | None, full: bool
+) -> FloatArray:
+    """Per worker, at least its relaxation's optimum less its opening price: the relaxation with
+    the fractional knapsack, for every worker at once (``pricing_ceilings``)."""
+    table = GpuTable.cached(cluster)
+    arrays = _arrays(table, profile, prices, partial)
+    best = _fractional_best(arrays, len(table.workers), profile, prices, target, full)
+    worker_open = np.array([prices.worker_open.get(w.name, 0.0) for w in table.workers], dtype=np.float64)
+    ceilings: FloatArray = best - worker_open
+    return ceilings
