@@ -67,7 +67,7 @@ def tiers(result: Plan, profile: MemoryProfile) -> tuple[int, int, int] | None:
 
 def plan_context(deployment: Deployment, values: list[int], plan_at: PlanAt, profile: MemoryProfile) -> Plan:
     """The plan at the largest context of ``values`` whose tiers equal those at the smallest; its
-    context stage says ``truncated`` when a time limit cut any plan the choice compared."""
+    context stage says ``truncated`` when the wall clock cut any plan the choice compared."""
     started = time.perf_counter()
     smallest = plan_at(deployment, values[0], False)
     compared = [smallest]
@@ -89,7 +89,8 @@ def plan_context(deployment: Deployment, values: list[int], plan_at: PlanAt, pro
 
 def _with_ctx(result: Plan, ctx: int, compared: list[Plan], started: float) -> Plan:
     """The plan with the context stage's stats: the chosen context, the plans it took, and
-    ``truncated`` (``plans``) when a time limit cut any of them (another run may choose otherwise)."""
+    ``truncated`` and ``safety_stops`` (``plans``) when the wall clock cut any of them (another run
+    may choose otherwise; a work budget cuts them the same on every run)."""
     from layerfit.planner import time_cuts
 
     cut = any(time_cuts(plan) for plan in compared)
@@ -97,6 +98,11 @@ def _with_ctx(result: Plan, ctx: int, compared: list[Plan], started: float) -> P
         engine="context",
         wall_time_s=time.perf_counter() - started,
         status=result.status,
-        details={"ctx_size": ctx, "plans": len(compared), "truncated": "plans" if cut else ""},
+        details={
+            "ctx_size": ctx,
+            "plans": len(compared),
+            "truncated": "plans" if cut else "",
+            "safety_stops": "plans" if cut else "",
+        },
     )
     return result.model_copy(update={"stats": (*result.stats, stats)})

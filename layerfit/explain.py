@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from layerfit.check import check_layout
-from layerfit.deadline import Deadline
 from layerfit.domain.base import format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
@@ -15,43 +14,74 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Plan, ReasonKind, Relaxation, Status
 from layerfit.domain.profile import MemoryProfile
 from layerfit.layouts import single_gpu_layouts, worker_layouts
+from layerfit.work import Work
+
+SCAN_LAYOUT_S = 250e-6
+"""Nominal cost of checking one layout of the memory-to-free scan (``layerfit.work``): about
+210 us on 1,024 GPUs of 128 workers."""
+WORK = "work"
+DEADLINE = "deadline"
 
 PlanFunction = Callable[[Cluster, Deployment, PlannerConfig, MemoryProfile], Plan]
 
 
 @dataclass
 class ExplainBudget:
-    """The explain stage's share of the time limit, split evenly over the plans it will make.
+    """The explain stage's work budget (``layerfit.work``), split evenly over the plans it will make.
 
-    ``next_deadline()`` gives the next relaxed plan its slice (the time left over the plans still
-    to come) or ``None`` once the deadline has passed; a plan that ran out of time (UNKNOWN) or a
-    missing slice marks the stage ``truncated``.
+    ``next_work()`` gives the next relaxed plan its share (the work left over the plans still to
+    come), or ``None`` once the work is spent or the safety stop has fired; a plan cut short
+    (UNKNOWN) or a missing share marks the stage ``truncated`` (``work``, or ``deadline`` when the
+    wall clock cut it: ``safety_stops``). The memory-to-free scan pays ``SCAN_LAYOUT_S`` a layout.
     """
 
-    deadline: Deadline
+    work: Work
     ctx_size: int
     plans: int = 0
-    truncated: bool = False
+    truncated: str = ""
 
     @property
     def expected_plans(self) -> int:
         """Two switches and the ctx bisection's steps, and one slice for the scan of memory to free."""
         return 3 + max(1, (self.ctx_size // _MIN_CTX).bit_length())
 
-    def next_deadline(self) -> Deadline | None:
-        if self.deadline.expired():
-            self.truncated = True
+    @property
+    def safety_stops(self) -> str:
+        return DEADLINE if self.truncated == DEADLINE else ""
+
+    def _cut(self, limit: str) -> None:
+        if not self.truncated or limit == DEADLINE:
+            self.truncated = limit
+
+    def _limit_hit(self) -> bool:
+        """The work spent (checked first: the same on every run) or the safety stop fired; marks the cut."""
+        if self.work.left() <= 0:
+            self._cut(WORK)
+        elif self.work.expired():
+            self._cut(DEADLINE)
+        else:
+            return False
+        return True
+
+    def next_work(self) -> Work | None:
+        if self._limit_hit():
             return None
         self.plans += 1
-        return self.deadline.share(1 / max(1, self.expected_plans - self.plans + 1))
+        return self.work.part(self.work.left() / max(1, self.expected_plans - self.plans + 1))
 
-    def saw(self, status: Status) -> None:
-        self.truncated = self.truncated or status is Status.UNKNOWN
+    def saw(self, status: Status, *, stopped: bool = False) -> None:
+        """A relaxed plan's status; ``stopped``: the wall clock cut it."""
+        if stopped:
+            self._cut(DEADLINE)
+        elif status is Status.UNKNOWN:
+            self._cut(WORK)
 
-    def in_time(self) -> bool:
-        if self.deadline.expired():
-            self.truncated = True
-        return not self.deadline.expired()
+    def next_layout(self) -> bool:
+        """Whether the scan may check one more layout (and pay for it)."""
+        if self._limit_hit():
+            return False
+        self.work.spend(SCAN_LAYOUT_S)
+        return True
 
 
 ProfileFunction = Callable[[Deployment], MemoryProfile]
@@ -169,7 +199,7 @@ def free_memory_relaxation(
     needs the fewest bytes freed, and where to free them."""
     best: tuple[int, Relaxation] | None = None
     for layout in _free_memory_layouts(cluster, deployment, profile, config):
-        if budget is not None and not budget.in_time():
+        if budget is not None and not budget.next_layout():
             break
         reasons = check_layout(cluster, deployment, profile, layout, config)
         if not reasons or any(reason.kind not in _CAPACITY for reason in reasons):
@@ -221,7 +251,7 @@ def relaxations(
     """Every single change that would make the deployment fit: switches, experts on the host, ctx,
     memory to free.
 
-    With a ``budget``, the layouts scanned for memory to free stop at its deadline (``plan`` is
+    With a ``budget``, the layouts scanned for memory to free stop when it is spent (``plan`` is
     expected to honour the budget itself)."""
     found = switch_relaxations(cluster, deployment, profile, config, plan)
     experts = expert_relaxation(cluster, deployment, profile, config, plan)

@@ -36,17 +36,25 @@ from layerfit.experts import (
 from layerfit.launch import check_deployment_flags, commands
 from layerfit.memory import claims
 from layerfit.usage import use_of
+from layerfit.work import Work
 
 if TYPE_CHECKING:
-    pass
+    from layerfit.solver import SolveResult
 
 HEURISTIC_SHARE = 0.25
-"""Share of the time limit the heuristic may use before the solver starts."""
+"""Share of the work budget the heuristic may spend before the solver starts, ..."""
+HEURISTIC_SAFETY_SHARE = 0.75
+"""... and the share of the time limit after which its safety stop fires (on case A of
+``benchmarks/time_bounds.py`` a fresh process's heuristic took 3x its nominal seconds: its
+layer shapes are cached after the first plan)."""
+MIN_SOLVER_WORK_S = 0.05
+"""The solver is not started with less work left (nominal seconds; building its model alone can
+take that long on large clusters); the heuristic's answer stands and the solver's stats say
+``truncated`` (``work``)."""
 MIN_SOLVER_TIME_S = 0.1
-"""The solver is not started with less time left (building its model alone can take that long on
-large clusters); the heuristic's answer stands and the solver's stats say ``truncated``."""
-MIN_STAGE_TIME_S = 0.001
-"""The least time limit handed to a stage (CP-SAT needs a positive one)."""
+"""Nor with less time left before the safety stop (``truncated`` and ``safety_stops``: ``deadline``)."""
+MIN_CTX_STEP_S = 0.03
+"""The least work budget of one plan of a context search (nominal seconds)."""
 
 
 def resolve_profile(deployment: Deployment) -> MemoryProfile:
@@ -130,6 +138,7 @@ def plan(
     *,
     explain: bool = True,
     deadline: Deadline | None = None,
+    work: Work | None = None,
 ) -> Plan:
     """The best layout for one deployment: heuristic -> hint -> CP-SAT -> check.
 
@@ -139,24 +148,32 @@ def plan(
     When nothing fits, the reasons say what is short and where, and (with ``explain``) the
     relaxations list the smallest changes that would make it fit.
 
-    Time: every stage shares one budget of ``config.time_limit_s`` (or ``deadline``, when sooner).
-    The heuristic may use ``HEURISTIC_SHARE`` of it, the solver (alternatives included) what is
-    left (it is not started with less than ``MIN_SOLVER_TIME_S``), the relaxations of ``explain``
-    what the solver left; each relaxed plan gets its share of what is left. The solver's set-up
-    checks the deadline per worker and gives up past it. Beyond the budget come only steps that are
-    not interrupted: building one worker's part of the solver instance or a CP-SAT model, checking
-    the returned layouts, one heuristic step (the heuristic's views of the cluster: about 0.1 s on
-    1,024 GPUs) and, for ``explain``, one layout of the memory-to-free scan.
-    ``benchmarks/time_bounds.py`` measures the total: with a 1 s limit 1.00-1.03 s on 24 GPUs / 16
-    RPC candidates and median 1.00-1.09 s, max 1.01-1.11 s on 1,024 GPUs with ``explain`` (a
-    shared two-core machine under load); it allows 0.75 s beyond the limit. A stage that hit
-    its limit says so in its ``EngineStats`` (``truncated`` in the heuristic's and explain's
-    details, the solver's status).
+    Time: every stage that can be cut short stops on a work budget (``layerfit.work``), the same on
+    every run: ``WORK_SHARE`` x ``config.time_limit_s`` nominal seconds (or ``work``, for a plan
+    inside another). The heuristic may spend ``HEURISTIC_SHARE`` of it, the solver (alternatives
+    included) what is left (it is not started with less than ``MIN_SOLVER_WORK_S``), the
+    relaxations of ``explain`` what the solver left; each relaxed plan gets its share of what is
+    left. The wall clock (``config.time_limit_s``, or ``deadline`` when sooner) is only a safety
+    stop: a stage it cuts says so in ``safety_stops`` (``time_cuts``), and only then may the same
+    input give another plan. Beyond the budget come only steps that are not interrupted: building
+    one worker's part of the solver instance or a CP-SAT model, checking the returned layouts, one
+    heuristic step (the heuristic's views of the cluster: about 0.1 s on 1,024 GPUs) and, for
+    ``explain``, one layout of the memory-to-free scan; and before the clock starts, loading
+    OR-Tools on a process's first plan (about 0.5 s). ``benchmarks/time_bounds.py`` measures the
+    total against the limit; it allows 0.75 s beyond it. A stage that hit a limit says so in its
+    ``EngineStats`` (``truncated`` in its details).
     """
     from layerfit.files import reading_once
 
+    if work is None:
+        check_deployment_flags(deployment, config)  # refused before OR-Tools loads
+        from layerfit import solver  # noqa: F401  OR-Tools, ~0.5 s on first use: before the clock starts
+
+        work = Work.of(config.time_limit_s, deadline)
+    elif deadline is not None:
+        work = work.part(work.left(), deadline)
     with reading_once():  # the context search and explain's relaxed plans estimate one model many times
-        return _plan(cluster, deployment, config, profile, explain=explain, deadline=deadline)
+        return _plan(cluster, deployment, config, profile, explain=explain, work=work)
 
 
 def _plan(
@@ -166,26 +183,22 @@ def _plan(
     profile: MemoryProfile | None,
     *,
     explain: bool,
-    deadline: Deadline | None,
+    work: Work,
 ) -> Plan:
     check_deployment_flags(deployment, config)  # a flag the build cannot take: refused before the search
     if deployment.has_ctx_range:
-        return _plan_ctx_range(cluster, deployment, config, profile, explain=explain, deadline=deadline)
-    from layerfit import solver
+        return _plan_ctx_range(cluster, deployment, config, profile, explain=explain, work=work)
     from layerfit.heuristics.moe import plan_with_experts
 
-    deadline = Deadline.after(config.time_limit_s).earlier(deadline)
     profile = profile if profile is not None else resolve_profile(deployment)
-    quick, fixed = plan_with_experts(cluster, deployment, config, profile, deadline=deadline.share(HEURISTIC_SHARE))
+    heuristic = work.part(work.left() * HEURISTIC_SHARE, work.deadline.share(HEURISTIC_SAFETY_SHARE))
+    quick, fixed = plan_with_experts(cluster, deployment, config, profile, work=heuristic)
     # The solver places experts itself when that is a decision; otherwise it plans over the
     # heuristic's (or the user's) choice, as a dense stand-in profile.
     decided = experts_are_a_decision(deployment, profile, config)
     engine_profile = profile if decided else profile_with_host_experts(profile, fixed)
     hint = quick.layout if quick.layout is None or not decided else with_host_experts(quick.layout, fixed)
-    if deadline.remaining() < MIN_SOLVER_TIME_S:
-        result = solver.not_run(deployment)
-    else:
-        result = solver.solve(cluster, deployment, engine_profile, _within(config, deadline), hint=hint)
+    result = _solve(cluster, deployment, engine_profile, config, hint, work)
     stats = (*quick.stats, result.stats)
     attach_fixed = bool(fixed)
     if result.best is not None:
@@ -195,7 +208,7 @@ def _plan(
         best, alternatives, status = quick.best, quick.alternatives, Status.FEASIBLE
     else:
         status = Status.INFEASIBLE if result.status is Status.INFEASIBLE else Status.UNKNOWN
-        found, explained = relaxations(cluster, deployment, profile, config, explain=explain, deadline=deadline)
+        found, explained = relaxations(cluster, deployment, profile, config, explain=explain, work=work)
         return Plan(
             deployment=deployment.name,
             status=status,
@@ -221,19 +234,30 @@ def _plan(
     )
 
 
-COUNTED_LIMITS = frozenset({"", "rpc_combinations"})
-"""``truncated`` values that name no time limit: the heuristic's count of RPC combinations is the
-same on every run."""
+def _solve(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    hint: Layout | None,
+    work: Work,
+) -> SolveResult:
+    """The solver's answer with the work left, or ``not_run`` when too little work or time is left."""
+    from layerfit import solver
+    from layerfit.solver.trace import WORK
+
+    if work.left() < MIN_SOLVER_WORK_S:
+        return solver.not_run(deployment, limit=WORK)
+    if work.deadline.remaining() < MIN_SOLVER_TIME_S:
+        return solver.not_run(deployment)
+    return solver.solve(cluster, deployment, profile, config, hint=hint, work=work.part(work.left()))
 
 
 def time_cuts(result: Plan) -> tuple[str, ...]:
-    """The engines of ``result`` a time limit cut short (their ``truncated`` detail): only then may
-    the same input give another plan on another run."""
-    return tuple(
-        stats.engine
-        for stats in result.stats
-        if any(part not in COUNTED_LIMITS for part in str(stats.details.get("truncated", "")).split(","))
-    )
+    """The engines of ``result`` the wall clock cut short (their ``safety_stops`` detail): only then
+    may the same input give another plan on another run. (A work budget cuts a stage, ``truncated``,
+    at the same point on every run.)"""
+    return tuple(stats.engine for stats in result.stats if stats.details.get("safety_stops", ""))
 
 
 def with_device_cap(
@@ -254,9 +278,10 @@ def _plan_ctx_range(
     profile: MemoryProfile | None,
     *,
     explain: bool,
-    deadline: Deadline | None,
+    work: Work,
 ) -> Plan:
-    """``plan`` for a deployment whose context is a range (``layerfit.context``)."""
+    """``plan`` for a deployment whose context is a range (``layerfit.context``): each plan of its
+    search gets an equal share of ``work`` (at least ``MIN_CTX_STEP_S``), charged to it."""
     from layerfit.context import ctx_bounds, ctx_candidates, plan_context
 
     training = None
@@ -268,16 +293,16 @@ def _plan_ctx_range(
     if bounds is None:
         raise InputError(f"deployment[{deployment.name}]", "has no context range")
     values = ctx_candidates(*bounds)
-    overall = Deadline.after(config.time_limit_s).earlier(deadline)
     steps = 2 + max(1, len(values)).bit_length()
     fixed_base = deployment.model_copy(update={"ctx_auto": False, "ctx_min": None, "ctx_max": None})
-    step_config = config.model_copy(update={"time_limit_s": max(config.time_limit_s / steps, 0.05)})
+    step_s = max(work.left() / steps, MIN_CTX_STEP_S)
 
     def plan_at(_: Deployment, ctx: int, with_explain: bool) -> Plan:
         params = deployment.params.model_copy(update={"ctx_size": ctx})
         fixed = fixed_base.model_copy(update={"params": params})
         at_ctx = profile_at_ctx(deployment, ctx) if profile is None else _scaled(profile, deployment, ctx)
-        return plan(cluster, fixed, step_config, at_ctx, explain=explain and with_explain, deadline=overall)
+        step = Work(step_s, work.deadline, parent=work)  # its own share, whatever the others spent
+        return plan(cluster, fixed, config, at_ctx, explain=explain and with_explain, work=step)
 
     reference = profile if profile is not None else profile_at_ctx(deployment, values[0])
     return plan_context(deployment, values, plan_at, reference)
@@ -328,11 +353,6 @@ def profile_at_ctx(deployment: Deployment, ctx_size: int) -> MemoryProfile:
     return deployment.profile.model_copy(update={"block_kv_bytes": kv})
 
 
-def _within(config: PlannerConfig, deadline: Deadline) -> PlannerConfig:
-    """The configuration with the time left until ``deadline`` as its time limit."""
-    return config.model_copy(update={"time_limit_s": max(deadline.remaining(), MIN_STAGE_TIME_S)})
-
-
 def relaxations(
     cluster: Cluster,
     deployment: Deployment,
@@ -340,25 +360,27 @@ def relaxations(
     config: PlannerConfig,
     *,
     explain: bool,
-    deadline: Deadline | None = None,
+    work: Work | None = None,
 ) -> tuple[tuple[Relaxation, ...], tuple[EngineStats, ...]]:
     """The smallest changes that would make an unplaceable deployment fit (empty unless ``explain``),
-    found by ``deadline``, and the explain stage's stats (``truncated`` when the time ran out, in
-    which case a relaxation found may not be the smallest and some may be missing)."""
+    found within ``work`` (default ``Work.of(config.time_limit_s)``), and the explain stage's stats
+    (``truncated`` when a limit cut it, in which case a relaxation found may not be the smallest
+    and some may be missing; ``safety_stops`` when that limit was the wall clock)."""
     if not explain:
         return (), ()
     from layerfit.explain import ExplainBudget
     from layerfit.explain import relaxations as find
 
     started = time.perf_counter()
-    budget = ExplainBudget(deadline or Deadline.after(config.time_limit_s), deployment.params.effective_ctx_size)
+    work = work if work is not None else Work.of(config.time_limit_s)
+    budget = ExplainBudget(work.part(work.left()), deployment.params.effective_ctx_size)
 
     def quiet_plan(c: Cluster, d: Deployment, cfg: PlannerConfig, p: MemoryProfile) -> Plan:
-        sub = budget.next_deadline()
-        if sub is None:
+        share = budget.next_work()
+        if share is None:
             return Plan(deployment=d.name, status=Status.UNKNOWN)
-        answer = plan(c, d, cfg, p, explain=False, deadline=sub)
-        budget.saw(answer.status)
+        answer = plan(c, d, cfg, p, explain=False, work=share)
+        budget.saw(answer.status, stopped=bool(time_cuts(answer)))
         return answer
 
     found = find(
@@ -368,6 +390,6 @@ def relaxations(
         engine="explain",
         wall_time_s=time.perf_counter() - started,
         status=Status.UNKNOWN if budget.truncated else Status.FEASIBLE if found else Status.INFEASIBLE,
-        details={"plans": budget.plans, "truncated": "deadline" if budget.truncated else ""},
+        details={"plans": budget.plans, "truncated": budget.truncated, "safety_stops": budget.safety_stops},
     )
     return found, (stats,)

@@ -102,8 +102,8 @@ def test_auto_shrinks_the_context_before_any_layer_leaves_the_gpu(tmp_path: Path
 
 
 def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> None:
-    # The bisection compares plans at several contexts; one cut by its time limit may have decided
-    # the choice, although the plan chosen was not cut: the context stage says so
+    # The bisection compares plans at several contexts; one cut by the wall clock (its safety stop)
+    # may have decided the choice, although the plan chosen was not cut: the context stage says so
     from layerfit.context import plan_context
     from layerfit.planner import time_cuts
 
@@ -115,7 +115,8 @@ def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> N
         found = plan(cluster(500), fixed, CONFIG, from_ctx(ctx), explain=with_explain)
         if ctx <= 2560:
             return found
-        cut = tuple(s.model_copy(update={"details": {**s.details, "truncated": "deadline"}}) for s in found.stats)
+        stopped = {"truncated": "deadline", "safety_stops": "deadline"}
+        cut = tuple(s.model_copy(update={"details": {**s.details, **stopped}}) for s in found.stats)
         return found.model_copy(update={"stats": cut})  # a larger context, cut: it does not fit anyway
 
     def from_ctx(ctx: int) -> MemoryProfile:
@@ -124,4 +125,4 @@ def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> N
     result = plan_context(deployment, ctx_candidates(1000, 16384), plan_at, PROFILE)  # type: ignore[arg-type]
     stats = next(s for s in result.stats if s.engine == "context")
     assert stats.details["ctx_size"] == 2560 and stats.details["truncated"] == "plans"
-    assert time_cuts(result) == ("context",)
+    assert stats.details["safety_stops"] == "plans" and time_cuts(result) == ("context",)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from load_emulation import planner_under, ticking_clock
+
 from layerfit.domain import (
     Cluster,
     ComputeBuffer,
@@ -78,11 +80,13 @@ def test_a_ranged_deployment_alone_gets_the_context_its_own_plan_picks() -> None
     assert ctx_of(fleet, result, "a") == 2560
 
 
-def test_a_context_choice_cut_by_the_planners_time_limit_is_a_safety_stop() -> None:
+def test_a_context_choice_cut_by_the_planners_safety_stop_is_a_safety_stop() -> None:
     # Each ranged deployment's context is chosen by its own plans, under the planner's own time
-    # limit: a choice those limits cut may differ from run to run, and the plan says so
+    # limit: a choice its wall clock cut may differ from run to run, and the plan says so (its
+    # work budget would cut it at the same point on every run)
     fleet = Fleet(cluster=gpus(500), deployments=(Deployment(name="a", profile=PROFILE, ctx_min=1000, ctx_max=16384),))
-    cut = plan_fleet(fleet, CONFIG, PlannerConfig(time_limit_s=1e-3))
+    with planner_under(lambda: ticking_clock(86_400.0)):  # every deadline past by the next read
+        cut = plan_fleet(fleet, CONFIG, PLANNER)
     stops = str(cut.stats[0].details["safety_stops"])
     assert "context choice of a" in stops
     said = [r for r in cut.reasons if "safety stop" in r.message]

@@ -43,10 +43,10 @@ def run(executor: Executor) -> tuple[object, ...]:
     config = FleetConfig(time_limit_s=60.0, executor=executor, processes=2, num_search_workers=1)
     stops = []
     for _ in range(ATTEMPTS):
-        # The single-deployment planner (the 60 GiB deployment's distributed layouts) has wall-clock
-        # limits of its own: 30 s here, far above its 0.07 s (load 1.8), and its alternatives' share
-        # (a quarter of the time it took, at least 0.1 s: three re-solves of 5-11 ms unloaded). Under
-        # load ~8 one cut it (10 columns against 14); a cut is now a safety stop the retries see
+        # The single-deployment planner (the 60 GiB deployment's distributed layouts) stops on work
+        # budgets too (its alternatives' share was a quarter of the time it took, at least 0.1 s:
+        # three re-solves of 5-11 ms unloaded, which load ~8 cut, 10 columns against 14); its own
+        # 30 s limit is its safety stop, which the retries see (test_work_budget emulates the load)
         result = plan_fleet(fleet(), config, PlannerConfig(time_limit_s=30.0))
         stops.append(result.stats[0].details["safety_stops"])
         if stops[-1] == "none":

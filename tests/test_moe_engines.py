@@ -70,28 +70,39 @@ def test_experts_of_the_fewest_first_blocks_go_to_the_host() -> None:
     assert argv[argv.index("--n-cpu-moe") + 1] == "5" and "-ot" not in argv
 
 
-def test_a_search_over_expert_counts_stopped_by_its_deadline_says_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The bisection over expert counts stops at its deadline with the best so far; its stats now say
-    # so (they said nothing: a plan that depends on the clock looked like one that does not)
+@pytest.mark.parametrize("limit", ["work", "deadline"])
+def test_a_search_over_expert_counts_stopped_by_a_limit_says_truncated(
+    monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    # The bisection over expert counts stops with the best so far when its work budget is spent
+    # (truncated 'work': the same on every run) or at its safety stop (also in safety_stops: another
+    # run may try more counts)
+    from layerfit.deadline import Deadline
     from layerfit.heuristics import moe
+    from layerfit.work import Work
 
     profile, cluster = moe_profile(), one_gpu_cluster(2000)
     deployment = Deployment(name="m", profile=profile)
     calls: list[int] = []
     real = moe.plan
 
-    def counted(*args: Any, deadline: object = None, **options: Any) -> Plan:
-        calls.append(1)
-        return real(*args, **options)
-
-    class AfterTwoPlans:
+    class AfterTwoPlans(Deadline):
         def expired(self) -> bool:
             return len(calls) >= 2
 
+    def counted(*args: Any, work: Work, **options: Any) -> Plan:
+        calls.append(1)
+        found = real(*args, work=Work(work.left(), Deadline.after(60), parent=work), **options)
+        if limit == "work" and len(calls) == 2:
+            work.spend(work.left())
+        return found
+
     monkeypatch.setattr(moe, "plan", counted)
-    cut, blocks = plan_with_experts(cluster, deployment, CONFIG, profile, deadline=AfterTwoPlans())  # type: ignore[arg-type]
+    deadline = AfterTwoPlans(Deadline.after(60).at) if limit == "deadline" else Deadline.after(60)
+    cut, blocks = plan_with_experts(cluster, deployment, CONFIG, profile, work=Work(10.0, deadline))
     assert len(calls) == 2 and blocks == tuple(range(8))  # no experts, then all of them: no bisection
-    assert cut.stats[0].details["truncated"] == "deadline"
+    details = cut.stats[0].details
+    assert details["truncated"] == limit and details["safety_stops"] == ("deadline" if limit == "deadline" else "")
     whole, blocks = plan_with_experts(cluster, deployment, CONFIG, profile)
     assert blocks == (0, 1, 2, 3, 4) and whole.stats[0].details["truncated"] == ""
 

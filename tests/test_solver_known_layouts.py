@@ -31,6 +31,7 @@ from layerfit.solver.instance import build_instance
 from layerfit.solver.progress import Measure
 from layerfit.solver.runner import Run
 from layerfit.solver.tie_break_stage import tie_break_value
+from layerfit.work import Work
 
 _real_run = runner.run
 _real_solver_for = runner.solver_for
@@ -43,15 +44,15 @@ def _stopping_solver(config: PlannerConfig, time_limit_s: float, **options: int)
 
 
 def _cut_tie_break(
-    built: Any, config: PlannerConfig, time_limit_s: float, measure: Measure | None = None, **options: int
+    built: Any, config: PlannerConfig, work: Work, measure: Measure | None = None, **options: Any
 ) -> Run:
     """``runner.run``, but a tie-break search stops at its first solution, found without the hint,
     and is not proven."""
     if measure is None or not measure.stage.endswith("tie-break"):
-        return _real_run(built, config, time_limit_s, measure, **options)
+        return _real_run(built, config, work, measure, **options)
     built.model.proto.clear_solution_hint()
     with mock.patch.object(runner, "solver_for", _stopping_solver):
-        found = _real_run(built, config, time_limit_s, measure, **options)
+        found = _real_run(built, config, work, measure, **options)
     return replace(found, status=cp_model.FEASIBLE) if found.status == cp_model.OPTIMAL else found
 
 
@@ -82,7 +83,7 @@ def model_units(where: Cluster, dep: Deployment, profile: MemoryProfile, config:
     assert values is not None
     for var, value in values.items():
         built.model.add(var == value)
-    found = _real_run(built, config, config.time_limit_s)
+    found = _real_run(built, config, Work.of(config.time_limit_s))
     assert found.found
     return tie_break_value(built, found)
 

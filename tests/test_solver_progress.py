@@ -79,6 +79,7 @@ def test_the_strict_solve_reports_each_tier_in_its_units() -> None:
     from layerfit.solver.objective import strict_tiers
     from layerfit.solver.progress import strict_measure
     from layerfit.solver.runner import run
+    from layerfit.work import Work
 
     profile = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)
     deployment = Deployment(name="m", profile=profile, distributed_inference_across_workers=True)
@@ -89,7 +90,7 @@ def test_the_strict_solve_reports_each_tier_in_its_units() -> None:
     built.model.maximize(tiers.combined)
     stream = io.StringIO()
     with reporting(LineReporter(stream)):
-        result = run(built, config, 10.0, strict_measure("cp-sat for m", built.instance, tiers))
+        result = run(built, config, Work.of(10.0), strict_measure("cp-sat for m", built.instance, tiers))
     assert result.proven
     lines = stream.getvalue().splitlines()
     tier = r"(layers on GPUs|workers|GPUs), best \d+ (layers|workers|GPUs), "

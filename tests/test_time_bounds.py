@@ -128,16 +128,15 @@ def test_solver_set_up_stops_at_its_deadline() -> None:
     assert result.status is Status.UNKNOWN and result.stats.details["truncated"] == "deadline"
 
 
-def test_a_cp_sat_solve_cut_by_its_time_limit_is_named_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Every CP-SAT solve of the solver gets a microsecond: none ends with a proof, and the solver's
-    # stats name each step its limit cut (they named only the alternatives', so a plan that depends
-    # on the clock looked like one that does not); ``time_cuts`` reads them for the fleet
+def test_a_cp_sat_solve_cut_by_the_wall_clock_is_a_safety_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every CP-SAT solve of the solver gets a microsecond of wall time: none ends with a proof, and
+    # the solver's stats name each step the clock cut, in ``truncated`` and as a safety stop (the
+    # work budget cuts at the same point on every run, the clock does not); ``time_cuts`` reads them
+    # for the fleet
     from layerfit.planner import time_cuts
     from layerfit.solver import runner
 
     target = rpc_cluster(2, gpus_each=3)
-    # no alternatives: their share is of the time the solve took (at least 0.1 s), which a load of
-    # ~4 cuts here (three re-solves of 34-43 ms); every other step has seconds to spare
     config = PlannerConfig(time_limit_s=60, alternatives=0)
     whole = plan(target, DISTRIBUTED, config, explain=False)
     assert whole.stats[1].status is Status.OPTIMAL and whole.stats[1].details["truncated"] == ""
@@ -146,6 +145,7 @@ def test_a_cp_sat_solve_cut_by_its_time_limit_is_named_truncated(monkeypatch: py
     monkeypatch.setattr(runner, "solver_for", lambda config, _, **options: real(config, 1e-6, **options))
     cut = plan(target, DISTRIBUTED, config, explain=False)
     solver = cut.stats[1]
-    assert solver.status is Status.FEASIBLE and solver.details["hint"] == "incomplete"
+    assert solver.status is Status.FEASIBLE and solver.details["hint"] == "stopped"
     assert {"hint", "3-workers"} <= set(str(solver.details["truncated"]).split(","))
+    assert {"hint", "3-workers"} <= set(str(solver.details["safety_stops"]).split(","))
     assert time_cuts(cut) == ("cp-sat",)

@@ -40,14 +40,17 @@ class PlannerConfig(Frozen):
     """The heuristic skips distribution when more remote GPUs qualify (GPUStack's cap)."""
     max_rpc_combinations: PosInt | None = 512
     """RPC-server combinations the heuristic evaluates before it returns its best so far (GPUStack
-    tries all: 39,205 with 16 candidates). A count, so the answer does not depend on the machine;
-    ``None``: every combination. When the limit is hit, the heuristic's stats say ``truncated``."""
+    tries all: 39,205 with 16 candidates), unless its work budget ends the search first. Counts, so
+    the answer does not depend on the machine; ``None``: every combination the work budget allows.
+    When a limit is hit, the heuristic's stats say ``truncated``."""
     selection_is_pool: bool = False
     """A manual GPU selection is the set of GPUs to use, all of them (GPUStack's rule) by default;
     ``True``: a pool to choose from (a layout may use any subset of it). Never left either way."""
     time_limit_s: float = TIME_LIMIT
-    """Wall-clock budget of one ``plan()`` call, all stages together (heuristic, solver, alternatives,
-    explain); see ``layerfit.planner`` for the overhead beyond it."""
+    """Time limit of one ``plan()`` call, all stages together (heuristic, solver, alternatives,
+    explain): each stage stops on a work budget derived from it (``layerfit.work``, the same on
+    every run), the wall clock at the limit being only a safety stop; see ``layerfit.planner`` for
+    the overhead beyond it."""
     num_search_workers: Annotated[int, Field(ge=1, le=MAX_SEARCH_WORKERS), NOT_A_BOOLEAN] = 1
     """CP-SAT workers; 1 with a fixed seed gives the same answer for the same input."""
     seed: int = SEED

@@ -112,6 +112,14 @@ class Context:
     def evaluate(self, where: Placement, n_gpu_layers: int) -> Verdict:
         return self.evaluator.evaluate(where, n_gpu_layers)
 
+    def in_time(self) -> bool:
+        """Whether the searches may go on (``SearchBudget.in_time`` with the evaluations so far)."""
+        return self.budget.in_time(self.evaluator.evaluations)
+
+    def spend_rpc_combination(self) -> bool:
+        """Count one RPC combination (``SearchBudget.spend_rpc_combination``)."""
+        return self.budget.spend_rpc_combination(self.evaluator.evaluations)
+
 
 def _rpc_single_layer_vram(profile: MemoryProfile, order: OffloadOrder, unified: bool) -> int:
     """The RPC device's VRAM in GPUStack's probe layout (``-ts 1,1``: the server, then the main GPU)

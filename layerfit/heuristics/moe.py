@@ -24,8 +24,9 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Plan
 from layerfit.domain.profile import MemoryProfile
 from layerfit.experts import engine_blocks, experts_are_a_decision, first_expert_blocks, profile_with_host_experts
-from layerfit.heuristics.budget import DEADLINE
+from layerfit.heuristics.budget import DEADLINE, WORK
 from layerfit.heuristics.selector import plan
+from layerfit.work import Work
 
 
 def wanted_gpu_layers(deployment: Deployment, profile: MemoryProfile) -> int:
@@ -45,40 +46,55 @@ def plan_with_experts(
     profile: MemoryProfile,
     *,
     deadline: Deadline | None = None,
+    work: Work | None = None,
 ) -> tuple[Plan, tuple[int, ...]]:
     """GPUStack's strategies with the MoE stage; the plan (over the stand-in profile) and the blocks
-    whose experts it keeps on the host."""
+    whose experts it keeps on the host. Every heuristic run charges ``work`` (default
+    ``Work.of(config.time_limit_s)``); the search over expert counts stops when it is spent, or at
+    its safety stop (``work``'s deadline, or ``deadline`` when sooner)."""
+    if work is None:
+        work = Work.of(config.time_limit_s, deadline)
+    elif deadline is not None:
+        work = work.part(work.left(), deadline)
     fixed = engine_blocks(profile)
     if not experts_are_a_decision(deployment, profile, config):
-        return plan(cluster, deployment, config, profile_with_host_experts(profile, fixed), deadline=deadline), fixed
+        return plan(cluster, deployment, config, profile_with_host_experts(profile, fixed), work=work), fixed
     wanted = wanted_gpu_layers(deployment, profile)
 
     def attempt(count: int) -> tuple[Plan, tuple[int, ...]]:
         blocks = first_expert_blocks(profile, count)
-        return plan(cluster, deployment, config, profile_with_host_experts(profile, blocks), deadline=deadline), blocks
+        return plan(cluster, deployment, config, profile_with_host_experts(profile, blocks), work=work), blocks
 
     base = attempt(0)
     if _gpu_layers(base[0]) >= wanted:
         return base
     everything = attempt(len(profile.expert_blocks))
     if _gpu_layers(everything[0]) >= wanted:
-        return _fewest(attempt, len(profile.expert_blocks), everything, wanted, deadline)
+        return _fewest(attempt, len(profile.expert_blocks), everything, wanted, work)
     # host RAM may be what --cpu-moe overflows: fewer experts on the host may still fit
     fallback = everything if _gpu_layers(everything[0]) > _gpu_layers(base[0]) else base
     for count in range(1, len(profile.expert_blocks)):
-        if deadline is not None and deadline.expired():
-            return _cut(fallback)
+        if limit := _limit_hit(work):
+            return _cut(fallback, limit)
         found = attempt(count)
         if _gpu_layers(found[0]) >= wanted:
             return found
     return fallback
 
 
-def _cut(found: tuple[Plan, tuple[int, ...]]) -> tuple[Plan, tuple[int, ...]]:
-    """The plan of a search over expert counts its deadline stopped: its stats say ``truncated``
-    (another run may have tried more counts)."""
+def _limit_hit(work: Work) -> str:
+    """``work`` spent (checked first: the same on every run), its safety stop fired, or ``""``."""
+    if work.left() <= 0:
+        return WORK
+    return DEADLINE if work.expired() else ""
+
+
+def _cut(found: tuple[Plan, tuple[int, ...]], limit: str) -> tuple[Plan, tuple[int, ...]]:
+    """The plan of a search over expert counts a limit stopped: its stats say ``truncated`` (and,
+    stopped by the clock, ``safety_stops``: another run may have tried more counts)."""
     result, blocks = found
-    stats = tuple(s.model_copy(update={"details": {**s.details, "truncated": DEADLINE}}) for s in result.stats)
+    said = {"truncated": limit, "safety_stops": limit if limit == DEADLINE else ""}
+    stats = tuple(s.model_copy(update={"details": {**s.details, **said}}) for s in result.stats)
     return result.model_copy(update={"stats": stats}), blocks
 
 
@@ -87,14 +103,14 @@ def _fewest(
     fits: int,
     best: tuple[Plan, tuple[int, ...]],
     wanted: int,
-    deadline: Deadline | None,
+    work: Work,
 ) -> tuple[Plan, tuple[int, ...]]:
     """Bisection for the fewest expert blocks on the host that still give ``wanted`` GPU layers
-    (0 is known to miss, ``fits`` to fit); stopped by ``deadline``, the best so far, ``truncated``."""
+    (0 is known to miss, ``fits`` to fit); stopped by ``work``, the best so far, ``truncated``."""
     misses = 0
     while fits - misses > 1:
-        if deadline is not None and deadline.expired():
-            return _cut(best)
+        if limit := _limit_hit(work):
+            return _cut(best, limit)
         middle = (fits + misses) // 2
         found = attempt(middle)
         if _gpu_layers(found[0]) >= wanted:

@@ -22,6 +22,7 @@ from layerfit.heuristics.notes import Action, Level, Note, requirement, sentence
 from layerfit.heuristics.scoring import score
 from layerfit.heuristics.strategies import STRATEGIES, Strategy
 from layerfit.memory import claims
+from layerfit.work import Work
 
 ENGINE = "heuristic"
 
@@ -33,20 +34,27 @@ def plan(
     profile: MemoryProfile | None = None,
     *,
     deadline: Deadline | None = None,
+    work: Work | None = None,
 ) -> Plan:
     """Place one deployment the way GPUStack's GGUF selector would, with layerfit's memory model.
 
     Returns a FEASIBLE plan (best candidate of the first strategy that has one, plus up to
     ``config.alternatives`` equally good ones by score) or an INFEASIBLE plan with typed reasons
     and GPUStack-style messages. ``profile`` defaults to the deployment's estimated profile.
-    The searches stop at ``deadline`` (default: ``config.time_limit_s`` from now) or after
-    ``config.max_rpc_combinations`` RPC combinations with their best so far; the stats'
-    ``truncated`` detail then names the limit.
+    The searches stop after ``config.max_rpc_combinations`` RPC combinations or when their
+    evaluations have spent ``work`` (default: ``Work.of(config.time_limit_s)``), which is charged
+    for them, with their best so far; the stats' ``truncated`` detail then names the limit. The
+    wall clock (``deadline``, or ``work``'s, whichever is sooner) is only a safety stop, named in
+    ``safety_stops`` when it fires.
     """
     started = time.perf_counter()
+    work = work if work is not None else Work.of(config.time_limit_s, deadline)
+    gpus = sum(len(worker.gpus) for worker in cluster.workers)
     budget = SearchBudget(
-        deadline=Deadline.after(config.time_limit_s).earlier(deadline),
+        deadline=work.deadline.earlier(deadline),
         max_rpc_combinations=config.max_rpc_combinations,
+        work_s=work.left(),
+        gpus=gpus,
     )
     selection, reasons = rules.selection_in_force(deployment)
     ctx = build_context(cluster, deployment, resolve_profile(deployment, profile), config, selection, budget)
@@ -76,6 +84,8 @@ def plan(
         notes.extend(_fallback(ctx, notes))
         all_reasons.append(Reason(kind=ReasonKind.NO_CANDIDATE, message="no strategy found a layout that fits"))
     status = Status.FEASIBLE if candidates else Status.INFEASIBLE
+    spent = budget.spent(ctx.evaluator.evaluations)
+    work.spend(spent)
     stats = EngineStats(
         engine=ENGINE,
         wall_time_s=time.perf_counter() - started,
@@ -87,6 +97,8 @@ def plan(
             "claims_computed": ctx.evaluator.claims_computed,
             "rpc_combinations": budget.rpc_combinations,
             "truncated": budget.truncated,
+            "safety_stops": budget.truncated if budget.stopped else "",
+            "work_s": round(spent, 6),
         },
     )
     return Plan(

@@ -1,8 +1,9 @@
 """Alternatives: more layouts as good on the strict tiers, on other GPU sets, best tie-break first.
 
 Each re-solve of the final model excludes the GPU sets (with their main worker) already returned,
-until ``config.alternatives`` are found or no other exists: a count, not a share of the time, so
-the set is reproducible (``truncated`` in the stats when the time limit cut it).
+until ``config.alternatives`` are found or no other exists: a count, within a work budget, so the
+set is reproducible (``truncated`` in the stats when the budget cut it; ``safety_stops`` too when
+the wall clock did).
 
 **Twin swaps first** (shortcut ``twin-swap``): a worker of the best layout traded for an unused
 worker with the same memory type, allocatable RAM and GPUs (type and allocatable VRAM) changes no
@@ -12,8 +13,10 @@ CP-SAT. (The model's symmetry breaking keeps such swaps out of its own re-solves
 then exclude those GPU sets too, and come after them: best tie-break first still holds.
 
 The re-solves run on the tie-break's model, so they are skipped when its tie-break was not proven
-(``no-re-solve:tie-break-unproven``): it was cut by the time or too large to search, and so would
-they be. Together they take at most a quarter of the time of the solve before them (at least 0.1 s).
+(``no-re-solve:tie-break-unproven``): it was cut by its budget or too large to search, and so would
+they be. Together they spend at most a quarter of the work the solve spent before them (at least
+0.2 nominal seconds, ``layerfit.work``): the same share on every run, where a share of the elapsed
+time cut three re-solves of 5-11 ms each on a loaded machine.
 """
 
 from __future__ import annotations
@@ -46,10 +49,11 @@ best layout's GPU set is the only one: no re-solve can find an alternative."""
 NO_RE_SOLVE = "no-re-solve:tie-break-unproven"
 """Shortcut name: the tie-break was not proven (cut by its time share, or not searched on a model
 too large), so re-solves of that model would be cut too: only twin swaps are returned."""
-ALTERNATIVES_TIME_SHARE = 0.25
-"""The re-solves together may take this share of the time the solve took before them, ..."""
-MIN_ALTERNATIVES_TIME_S = 0.1
-"""... at least this (within the limit); past it the set is cut (``truncated``)."""
+ALTERNATIVES_SHARE = 0.25
+"""The re-solves together may spend this share of the work the solve spent before them, ..."""
+MIN_ALTERNATIVES_S = 0.2
+"""... at least this many nominal seconds (within the budget; about 0.1 s of wall time, the share
+before work budgets); past it the set is cut (``truncated``)."""
 
 
 def alternatives(
@@ -139,14 +143,13 @@ def _alternatives(
         return tuple(found)
     uses_gpus = bool(best.devices)
     measure = tie_break_measure(stage_name(built.instance, "alternative"), built.instance, uses_gpus=uses_gpus)
-    budget_end = clock.elapsed() + max(MIN_ALTERNATIVES_TIME_S, ALTERNATIVES_TIME_SHARE * clock.elapsed())
+    share = clock.work.part(max(MIN_ALTERNATIVES_S, ALTERNATIVES_SHARE * clock.spent()))
     while len(found) < config.alternatives:
-        time_left = min(clock.remaining(), budget_end - clock.elapsed())
-        if time_left <= 0:
+        if share.left() <= 0:
             trace.cut("alternative")
             break
         built.model.proto.clear_solution_hint()
-        result = trace.record("alternative", run(built, config, time_left, measure))  # cut: the set may differ
+        result = trace.record("alternative", run(built, config, share, measure))
         if not result.found:
             break
         layout = result.layout(built)

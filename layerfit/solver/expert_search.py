@@ -30,9 +30,9 @@ from layerfit.solver.instance import Instance, build_instance
 from layerfit.solver.objective import tie_break
 from layerfit.solver.progress import Measure, Tier, tie_break_measure
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import HINT_TIME_FRACTION, Run, complete_hint, run, set_full_hint
-from layerfit.solver.tie_break_stage import MIN_TIE_BREAK_TIME_S, tie_break_value
-from layerfit.solver.trace import Clock, Trace, solve_result
+from layerfit.solver.runner import HINT_SHARE, Run, complete_hint, run, set_full_hint
+from layerfit.solver.tie_break_stage import MIN_TIE_BREAK_S, tie_break_value
+from layerfit.solver.trace import Clock, Trace, charge_set_up, solve_result
 from layerfit.solver.variables import Expr
 
 ExpertTierKey = tuple[int, int, int, int]
@@ -103,12 +103,19 @@ def expert_tiers(built: BuiltModel) -> ExpertTiers:
 
 
 def solve_with_experts(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, hint: Layout | None
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    hint: Layout | None,
+    clock: Clock,
 ) -> SolveResult:
-    """The provably best layout, experts placed block by block (see the module docstring)."""
-    clock = Clock(config.time_limit_s)
+    """The provably best layout, experts placed block by block (see the module docstring), within
+    ``clock``'s work budget."""
     trace = Trace()
     instance = build_instance(cluster, deployment, profile, config, experts=True)
+    charge_set_up(clock, cluster)
+    clock.step()
     incumbent = incumbent_of(cluster, deployment, profile, config, hint)
     if incumbent is not None:
         trace.incumbent = "valid"
@@ -116,12 +123,12 @@ def solve_with_experts(
     tiers = expert_tiers(built)
     hinted: tuple[int, ...] = ()
     if hint is not None:
-        how, hinted = complete_hint(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+        how, hinted = complete_hint(built, hint, config, clock.work, clock.left() * HINT_SHARE)
         trace.hinted(how)
     if incumbent is not None:
         built.model.add(tiers.combined >= tiers.of(expert_tier_key(profile, incumbent.layout)))
     built.model.maximize(tiers.combined)
-    first = trace.record("strict", run(built, config, clock.remaining(), expert_measure(instance, tiers)))
+    first = trace.record("strict", run(built, config, clock.work, expert_measure(instance, tiers)))
     if not first.found:
         if incumbent is not None:
             return _kept(instance, profile, clock, trace, incumbent, tiers, first)
@@ -175,10 +182,10 @@ def _tie_break(
         built.model.add(expression == value)
     built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=key[3] > 0))
     set_full_hint(built.model, best.solution)
-    time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
+    nominal = max(MIN_TIE_BREAK_S, clock.spent())
     stage = f"cp-sat for {built.instance.deployment} (experts per block)"
     measure = tie_break_measure(stage, built.instance, uses_gpus=key[3] > 0)
-    second = trace.record("tie-break", run(built, config, time_limit, measure))
+    second = trace.record("tie-break", run(built, config, clock.work, measure, nominal_s=nominal))
     if second.found and tie_break_value(built, second) <= tie_break_value(built, best):
         return second
     return replace(best, status=cp_model.FEASIBLE)  # the strict solve's status says nothing of the tie-break

@@ -18,8 +18,10 @@ The strict tiers (layers, workers, GPUs) are decided first, then the tie-break:
 4. **Alternatives** on that model (``alternatives``).
 
 Every decoded layout is checked again in bytes with ``layerfit.check``; a violation is a bug and
-raises ``SolverError``. With one search worker and a fixed seed the answer is reproducible as long
-as no time limit is hit.
+raises ``SolverError``. Every step stops on a work budget (``layerfit.work``: CP-SAT's
+deterministic time, fixed costs), the wall clock being only a safety stop (``safety_stops`` in the
+stats), so with one search worker and a fixed seed the answer is the same on every run unless the
+safety stop fires.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 from layerfit.check import check_layout
-from layerfit.deadline import Deadline, DeadlinePassed
+from layerfit.deadline import DeadlinePassed
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -55,11 +57,21 @@ from layerfit.solver.proofs import (
 )
 from layerfit.solver.prune import prune_dominated
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import HINT_TIME_FRACTION, hint_layout, run
+from layerfit.solver.runner import HINT_SHARE, hint_layout, run
 from layerfit.solver.steps import multi_worker_step, single_worker_step
 from layerfit.solver.tie_break_stage import tie_break_stage
-from layerfit.solver.trace import Clock, SearchOutcome, Trace, kept_incumbent, not_run, solve_result, stage_name
+from layerfit.solver.trace import (
+    Clock,
+    SearchOutcome,
+    Trace,
+    charge_set_up,
+    kept_incumbent,
+    not_run,
+    solve_result,
+    stage_name,
+)
 from layerfit.solver.witness import Valid
+from layerfit.work import Work
 
 CEILING_SEARCH = "ceiling-search"
 """Proof name: the rules fix the GPU-layer count, and the ceiling search proved it unreachable."""
@@ -75,6 +87,7 @@ def solve(
     hint: Layout | None = None,
     *,
     shortcuts: bool = True,
+    work: Work | None = None,
 ) -> SolveResult:
     """The provably best layout for one deployment under DESIGN.md's objective tiers.
 
@@ -84,20 +97,22 @@ def solve(
     step's greedy ``witness`` meeting its bound); off only to test them.
     When where the experts go is a decision (``layerfit.experts.experts_are_a_decision``), the model
     places them block by block (``expert_search``), with the tier "blocks with experts on GPUs".
+    ``work``: what the solve may spend, and its safety stop (default ``Work.of(config.time_limit_s)``).
     """
+    clock = Clock(work if work is not None else Work.of(config.time_limit_s))
     if experts_are_a_decision(deployment, profile, config):
         from layerfit.solver.expert_search import solve_with_experts
 
-        return solve_with_experts(cluster, deployment, profile, config, hint)
-    clock = Clock(config.time_limit_s)
+        return solve_with_experts(cluster, deployment, profile, config, hint, clock)
     trace = Trace()
-    # Without a hint the set-up stops at the deadline (UNKNOWN); a hint that proves valid is the
+    # Without a hint the set-up stops at the safety stop (UNKNOWN); a hint that proves valid is the
     # answer however late, so with one the instance is always built.
-    deadline = Deadline.after(config.time_limit_s)
+    deadline = clock.work.deadline
     try:
         instance = build_instance(cluster, deployment, profile, config, deadline=None if hint is not None else deadline)
     except DeadlinePassed:
         return not_run(deployment, clock.elapsed())
+    charge_set_up(clock, cluster)
     incumbent = incumbent_of(cluster, deployment, profile, config, hint)
     if incumbent is None and deadline.expired():
         return not_run(deployment, clock.elapsed())
@@ -203,7 +218,7 @@ def layout_is_feasible_in_model(
         return False
     for var, value in values.items():
         built.model.add(var == value)
-    return run(built, config, config.time_limit_s).found
+    return run(built, config, Work.of(config.time_limit_s)).found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +261,7 @@ def _general_search(
     """Step 2: the weighted strict tiers on the full model, then the tie-break. A valid hint's
     strict value bounds the objective from below (pruning keeps an optimum, so it stays valid), and
     only main workers that can reach its layers take part (``proofs.mains_reaching``)."""
+    clock.step()
     if incumbent is not None:
         instance = instance.restricted(
             rpc_slots=instance.rpc_slots,
@@ -255,7 +271,7 @@ def _general_search(
     built = build_model(prune_dominated(instance))
     hinted = False
     if hint is not None:
-        trace.hinted(hint_layout(built, hint, config, clock.remaining() * HINT_TIME_FRACTION))
+        trace.hinted(hint_layout(built, hint, config, clock.work, clock.left() * HINT_SHARE))
         hinted = trace.hint == "accepted"
     tiers = strict_tiers(built.instance, built.variables)
     if incumbent is not None:
@@ -263,7 +279,7 @@ def _general_search(
         built.model.add(tiers.combined >= floor)
     built.model.maximize(tiers.combined)
     measure = strict_measure(stage_name(instance), built.instance, tiers)
-    first = trace.record("strict", run(built, config, clock.remaining(), measure))
+    first = trace.record("strict", run(built, config, clock.work, measure))
     if not first.found:
         # INFEASIBLE despite an accepted hint would be a CP-SAT fault: report no proof rather than a wrong one.
         # With an incumbent, ``solve`` keeps it and names the contradiction.

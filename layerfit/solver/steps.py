@@ -27,7 +27,7 @@ from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_tiers, strict_value, tie_break
 from layerfit.solver.progress import Measure, tie_break_measure
 from layerfit.solver.prune import prune_dominated
-from layerfit.solver.runner import HINT_TIME_FRACTION, INCOMPLETE, Run, complete_hint, run
+from layerfit.solver.runner import HINT_SHARE, Run, complete_hint, run
 from layerfit.solver.tie_break_stage import tie_break_stage, tie_break_value
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, stage_name
 from layerfit.solver.variables import Expr
@@ -53,6 +53,7 @@ def single_worker_step(
     for k in gpu_counts:
         if k > instance.local_slots:
             break
+        clock.step()
         mains = single_worker_mains(instance, k, ceiling)
         if not mains:
             continue
@@ -63,7 +64,7 @@ def single_worker_step(
         built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=True))
         solution = _hint_if(built, hint, (ceiling, 1, k), config, clock, trace)
         measure = tie_break_measure(stage_name(instance, f"{k} GPUs on one worker"), built.instance, uses_gpus=True)
-        found = run(built, config, clock.remaining(), measure, linearization=ONE_WORKER_LINEARIZATION)
+        found = run(built, config, clock.work, measure, linearization=ONE_WORKER_LINEARIZATION)
         result = trace.record(f"one-worker-{k}-gpus", found)
         if result.status == cp_model.INFEASIBLE and not solution:
             continue
@@ -94,6 +95,7 @@ def multi_worker_step(
     valid: Valid | None = None,
 ) -> SearchOutcome | Status:
     """The ceiling with exactly ``workers`` workers on the fewest GPUs, then the tie-break."""
+    clock.step()
     mains, rpc = multi_worker_candidates(instance, workers, ceiling)
     if not mains or len(rpc) < workers - 1:
         return Status.INFEASIBLE
@@ -116,12 +118,9 @@ def multi_worker_step(
     hinted_gpus = _value(solution, tiers.gpus) if solution else None
     if valid is not None and hinted_gpus != fewest:
         most = most_gpus(built.instance, workers) if hinted_gpus is None else hinted_gpus - 1
-        time_limit = clock.remaining() * HINT_TIME_FRACTION
-        trace.witness, better = witness_solution(
-            built, workers, range(fewest, most + 1), valid, config, time_limit, layers=ceiling
-        )
-        if trace.witness.endswith(f":{INCOMPLETE}"):
-            trace.cut("witness")
+        share = clock.work.part(clock.left() * HINT_SHARE)
+        trace.witness, better = witness_solution(built, workers, range(fewest, most + 1), valid, config, share, ceiling)
+        trace.completed("witness", trace.witness.rpartition(":")[2])
         solution = better or solution
     hinted = bool(solution)
     if hinted and _value(solution, tiers.gpus) == fewest:
@@ -130,7 +129,7 @@ def multi_worker_step(
         result = trace.record(f"{workers}-workers-bound-met", met)
     else:
         measure = Measure(stage_name(instance, f"{workers} workers"), "GPUs")
-        result = trace.record(f"{workers}-workers", run(built, config, clock.remaining(), measure))
+        result = trace.record(f"{workers}-workers", run(built, config, clock.work, measure))
     if result.status == cp_model.INFEASIBLE and not hinted:
         return Status.INFEASIBLE
     if not result.found:
@@ -181,7 +180,7 @@ def _hint_if(
     layers, workers, gpus = tiers
     if hint.gpu_layers != layers or len(hint.workers) != workers or gpus not in (None, len(hint.devices)):
         return ()
-    how, solution = complete_hint(built, hint, config, clock.remaining() * HINT_TIME_FRACTION)
+    how, solution = complete_hint(built, hint, config, clock.work, clock.left() * HINT_SHARE)
     trace.hinted(how)
     return solution
 

@@ -27,7 +27,7 @@ from layerfit.solver.objective import strict_tiers, tie_break
 from layerfit.solver.ordered_reserve import rebalanced
 from layerfit.solver.progress import tie_break_measure
 from layerfit.solver.reassign import device_needs, reassigned
-from layerfit.solver.runner import INCOMPLETE, Run, complete_hint, hint_decisions, run
+from layerfit.solver.runner import Run, complete_hint, hint_decisions, run
 from layerfit.solver.tie_break_bound import (
     TIE_BREAK_BOUND_MET,
     applies,
@@ -37,11 +37,15 @@ from layerfit.solver.tie_break_bound import (
 )
 from layerfit.solver.trace import Clock, SearchOutcome, Trace, stage_name
 
-MIN_TIE_BREAK_TIME_S = 0.5
-"""The tie-break may take as long as the strict tiers took, at least this (within the limit). Over
-the quick benchmark's 290 cases (seeds 1-10) every tie-break search CP-SAT proved took at most
-0.15 s CPU; those it did not prove ran to the share (1 s before) and found nothing better than the
-layout known before the search, which is then the answer (FEASIBLE)."""
+MIN_TIE_BREAK_S = 2.0
+"""The tie-break may spend as much work as the solve spent before it, at least this many nominal
+seconds (one deterministic second, ``layerfit.work``; within the budget). Over the quick
+benchmark's 290 cases (seeds 1-10) every tie-break search CP-SAT proved took at most 0.15 s CPU
+but one, which took 0.43 s and 0.95 deterministic seconds; of those it did not prove, the one
+left ran to its share and found nothing better than the layout known before the search, which is
+then the answer (FEASIBLE). The share was 0.5 s of wall time before work budgets, in which CP-SAT
+itself stopped these fast models at about one deterministic second.
+"""
 LARGE_MODEL_CLASSES = 48
 """A tie-break model with more candidate GPU classes than this is not searched: CP-SAT's presolve
 alone outlasts its time share there (probing ~0.5 s CPU on 1,024 GPUs of uneven 671B blocks,
@@ -49,8 +53,8 @@ alone outlasts its time share there (probing ~0.5 s CPU on 1,024 GPUs of uneven 
 TIE_BREAK_NOT_SEARCHED = "tie-break-not-searched"
 """Shortcut name: the tie-break of a model too large to search is the best layout known before
 it (``_known``), not proven best."""
-DIRECT_HINT_TIME_S = 0.2
-"""At most this long to complete a better layout as a solution of its workers' model."""
+DIRECT_HINT_S = 0.2
+"""At most this many nominal seconds to complete a better layout as a solution of its workers' model."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ def tie_break_stage(
     The answer is never worse on the tie-break, in the model's units, than the best layout known
     before the search (the step's, the hint, their reassigned forms: ``_known``): a search cut
     short whose solution is worse gives way to it, unproven."""
+    clock.step()
     gpus = outcome.gpus
     mains = None
     if outcome.workers == 1 and gpus > 0:
@@ -115,9 +120,9 @@ def tie_break_stage(
     if known.bound is not None:
         narrow.model.add(objective >= known.bound)  # the relaxation's bound, for the LP
     hint_decisions(narrow, known.layout)
-    time_limit = min(clock.remaining(), max(MIN_TIE_BREAK_TIME_S, clock.elapsed()))
+    nominal = max(MIN_TIE_BREAK_S, clock.spent())
     measure = tie_break_measure(stage_name(candidates), narrow.instance, uses_gpus=gpus > 0)
-    result = trace.record("tie-break", run(narrow, config, time_limit, measure))
+    result = trace.record("tie-break", run(narrow, config, clock.work, measure, nominal_s=nominal))
     if result.found and tie_break_value(narrow, result) <= known.value:
         return replace(
             outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL, ranks_tie_break=True
@@ -214,9 +219,8 @@ def tie_break_value(built: BuiltModel, found: Run) -> int:
 
 def _solution(built: BuiltModel, layout: Layout, config: PlannerConfig, clock: Clock, trace: Trace) -> Run | None:
     """``layout`` as a complete solution of ``built`` (its decisions fixed), when the model holds it."""
-    how, solution = complete_hint(built, layout, config, min(DIRECT_HINT_TIME_S, clock.remaining()))
-    if how == INCOMPLETE:
-        trace.cut("known-layout")
+    how, solution = complete_hint(built, layout, config, clock.work, DIRECT_HINT_S)
+    trace.completed("known-layout", how)
     if how != "accepted":
         return None
     return Run(cp_model.FEASIBLE, solution, 0.0, 0.0, 0.0)

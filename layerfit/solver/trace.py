@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from layerfit.domain.cluster import Cluster
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Candidate, EngineStats, Status
 from layerfit.solver.bounds import layer_ceiling
@@ -14,9 +15,14 @@ from layerfit.solver.candidates import Incumbent
 from layerfit.solver.instance import Instance
 from layerfit.solver.objective import strict_value
 from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.runner import INCOMPLETE, Run
+from layerfit.solver.runner import INCOMPLETE, STOPPED, Run
+from layerfit.work import SOLVER_PER_GPU_S, SOLVER_STEP_PER_WORKER_S, Work
 
 ENGINE = "cp-sat"
+DEADLINE = "deadline"
+"""What ``not_run`` names when the safety stop kept CP-SAT from starting."""
+WORK = "work"
+"""What ``not_run`` names when the work budget left was too small to start."""
 
 
 def stage_name(instance: Instance, detail: str = "") -> str:
@@ -25,17 +31,30 @@ def stage_name(instance: Instance, detail: str = "") -> str:
 
 
 class Clock:
-    """Wall time since the solve started, against its limit."""
+    """The solve's work budget (``layerfit.work``), which its steps spend and share out, and the
+    wall time since it started (for its stats only)."""
 
-    def __init__(self, limit_s: float) -> None:
+    def __init__(self, work: Work) -> None:
         self.started = time.perf_counter()
-        self.limit_s = limit_s
+        self.work = work
+        self.step_s = 0.0
+        """What one step of the search pays beyond its CP-SAT calls (``charge_set_up``)."""
+
+    def step(self) -> None:
+        """Charge one step of the search: its capacity bounds, greedy layouts and model, computed
+        over the instance's workers."""
+        self.work.spend(self.step_s)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def remaining(self) -> float:
-        return max(0.0, self.limit_s - self.elapsed())
+    def left(self) -> float:
+        """Nominal seconds left."""
+        return self.work.left()
+
+    def spent(self) -> float:
+        """Nominal seconds spent so far."""
+        return self.work.spent_s
 
 
 @dataclass
@@ -46,9 +65,12 @@ class Trace:
     hint: str = "none"
     solves: int = 0
     cuts: list[str] = field(default_factory=list)
-    """The steps a time limit cut short: a CP-SAT solve ended without a proof, a hint left
-    incomplete, the alternatives' share spent (``truncated`` in the stats). Empty: every step
-    finished, and the same input gives the same answer on every run."""
+    """The steps a limit cut short: a CP-SAT solve ended without a proof, a hint left incomplete,
+    the alternatives' share spent (``truncated`` in the stats). A work budget cuts a step at the
+    same point on every run."""
+    stops: list[str] = field(default_factory=list)
+    """The steps of ``cuts`` the wall clock cut, not their work budget (``safety_stops`` in the
+    stats). Empty: the same input gives the same answer on every run."""
     proof: str = "none"
     """What proves the strict tiers: ``cp-sat``, a named shortcut, or ``none``."""
     shortcuts: list[str] = field(default_factory=list)
@@ -64,21 +86,34 @@ class Trace:
         self.steps.append(f"{step}:{result.status.name}:{result.wall_time_s * 1000:.0f}ms")
         self.solves += 1
         if result.cut:
-            self.cut(step)
+            self.cut(step, stopped=result.stopped)
         return result
 
-    def cut(self, step: str) -> None:
-        """A time limit cut ``step`` short."""
+    def cut(self, step: str, *, stopped: bool = False) -> None:
+        """A limit cut ``step`` short: its work budget, or (``stopped``) the wall clock."""
         if step not in self.cuts:
             self.cuts.append(step)
+        if stopped and step not in self.stops:
+            self.stops.append(step)
+
+    def completed(self, step: str, how: str) -> None:
+        """A layout completed as a solution (``runner.complete_hint``): left incomplete by a limit,
+        ``step`` is a cut."""
+        if how in (INCOMPLETE, STOPPED):
+            self.cut(step, stopped=how == STOPPED)
 
     def hinted(self, how: str) -> str:
         """How the heuristic's layout hinted a model (``runner.complete_hint``); left incomplete by
-        its time limit, it is a cut."""
+        a limit, it is a cut."""
         self.hint = how
-        if how == INCOMPLETE:
-            self.cut("hint")
+        self.completed("hint", how)
         return how
+
+
+def charge_set_up(clock: Clock, cluster: Cluster) -> None:
+    """Charge the solve's instance (per GPU) and set what each of its steps pays (per worker)."""
+    clock.work.spend(SOLVER_PER_GPU_S * sum(len(worker.gpus) for worker in cluster.workers))
+    clock.step_s = SOLVER_STEP_PER_WORKER_S * len(cluster.workers)
 
 
 @dataclass(frozen=True)
@@ -102,11 +137,11 @@ class SearchOutcome:
     candidates (the tie-break was decided on the step's dominance-pruned model without a search)."""
 
 
-def not_run(deployment: Deployment, wall_time_s: float = 0.0) -> SolveResult:
-    """The answer when the time ran out before CP-SAT could start: UNKNOWN, truncated by the deadline."""
-    stats = EngineStats(
-        engine=ENGINE, wall_time_s=wall_time_s, status=Status.UNKNOWN, details={"truncated": "deadline"}
-    )
+def not_run(deployment: Deployment, wall_time_s: float = 0.0, *, limit: str = DEADLINE) -> SolveResult:
+    """The answer when a limit kept CP-SAT from starting: UNKNOWN, truncated by ``limit``, the
+    safety stop (``DEADLINE``) or the work budget (``WORK``)."""
+    details: dict[str, float | int | str] = {"truncated": limit, "safety_stops": limit if limit == DEADLINE else ""}
+    stats = EngineStats(engine=ENGINE, wall_time_s=wall_time_s, status=Status.UNKNOWN, details=details)
     return SolveResult(deployment=deployment.name, status=Status.UNKNOWN, wall_time_s=wall_time_s, stats=stats)
 
 
@@ -162,6 +197,8 @@ def solve_result(
         "local_slots": instance.local_slots,
         "alternatives": len(alternatives),
         "truncated": ",".join(trace.cuts),
+        "safety_stops": ",".join(trace.stops),
+        "work_s": round(clock.spent(), 6),
     }
     stats = EngineStats(
         engine=ENGINE, wall_time_s=wall, status=status, objective=objective, bound=bound, details=details

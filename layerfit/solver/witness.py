@@ -23,6 +23,7 @@ from layerfit.solver.build import BuiltModel
 from layerfit.solver.costs import device_fixed
 from layerfit.solver.instance import Instance, SlotKind
 from layerfit.solver.runner import complete_hint
+from layerfit.work import Work
 
 Valid = Callable[[Layout], bool]
 """Whether a layout passes ``check`` (in bytes, with the deployment's rules)."""
@@ -38,17 +39,17 @@ def witness_solution(
     counts: range,
     valid: Valid,
     config: PlannerConfig,
-    time_limit_s: float,
+    work: Work,
     layers: int | None = None,
 ) -> tuple[str, tuple[int, ...]]:
     """Hint a multi-worker step's model with the witness of the fewest GPUs among ``counts`` (from
     the step's lower bound), trying at most ``EXTRA_GPUS + 1`` counts: ``none``, or its GPU count
     and how the model took it (``8:accepted``); and the model's complete solution when it took it.
-    ``layers``: the step's GPU layers (default every layer)."""
+    ``layers``: the step's GPU layers (default every layer); the completion spends ``work``."""
     for gpus in counts[: EXTRA_GPUS + 1]:
         layout = multi_worker_witness(built.instance, workers, gpus, valid, layers)
         if layout is not None:
-            how, solution = complete_hint(built, layout, config, time_limit_s)
+            how, solution = complete_hint(built, layout, config, work, work.left())
             return f"{gpus}:{how}", solution
     return "none", ()
 

@@ -10,8 +10,8 @@ Combinations of 1 .. ``max_rpc_servers`` candidates are tried, fewest servers fi
 ordered RPC servers first, then the main worker's GPUs, split in proportion to allocatable VRAM.
 Each combination gets the most layers it can hold; the search stops at the first server count
 reaching full offload (or, with ``--gpu-layers``, any fit). The search is budgeted
-(``heuristics.budget``): past ``max_rpc_combinations`` evaluated combinations or the deadline it
-returns the best found so far (nothing, when the budget runs out while looking for full offload).
+(``heuristics.budget``): past ``max_rpc_combinations`` evaluated combinations, its work budget or
+its safety stop it returns the best found so far (nothing, when the budget runs out while looking for full offload).
 Without CPU offloading only full offload counts. A selection spanning workers is evaluated as
 exactly one combination: the main worker's selected GPUs plus every selected remote GPU. A
 ``--tensor-split`` fixes the device count (servers + main GPUs) and its shares apply to the
@@ -265,14 +265,14 @@ def _fits(
 ) -> Iterator[Verdict]:
     """Each combination's most layers within ``lo..hi`` (``rising``: ``lo`` follows the best so far)."""
     for rpc in group:
-        if not ctx.budget.in_time():
+        if not ctx.in_time():
             return
         if ctx.tensor_split is not None and len(ctx.tensor_split) != len(rpc + main_gpus):
             continue  # a split over another number of devices than this combination has
         most = ctx.evaluator.layers_within(room_for_layers(ctx, rpc + main_gpus), lo, hi)
         if most < lo:
             continue
-        if not ctx.budget.spend_rpc_combination():
+        if not ctx.spend_rpc_combination():
             return
         where = _placement(ctx, main, rpc, main_gpus)
         verdict = largest_fitting(partial(ctx.evaluate, where), lo, most, monotone=False, hopeless=ctx.hopeless)

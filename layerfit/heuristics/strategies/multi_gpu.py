@@ -59,7 +59,7 @@ def _worker_search(ctx: Context, worker: WorkerView) -> list[Verdict]:
     for group in device_groups(ctx, worker):
         found: list[Verdict] = []
         for devices in group:
-            if not ctx.budget.in_time():
+            if not ctx.in_time():
                 return found
             if room_for_layers(ctx, devices) < layers:
                 continue

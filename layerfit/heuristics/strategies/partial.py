@@ -66,7 +66,7 @@ def _single_gpu(ctx: Context, lo: int, hi: int) -> list[Verdict]:
         if ctx.selection is not None and len(worker.gpus) != 1:
             continue
         for gpu in can_hold_a_layer(ctx, worker.gpus):
-            if not ctx.budget.in_time():
+            if not ctx.in_time():
                 return found
             where = placement(worker, (gpu,))
             at = partial(ctx.evaluate, where)
@@ -95,7 +95,7 @@ def _worker_multi_gpu(ctx: Context, worker: WorkerView, lo: int, hi: int) -> lis
     for group in device_groups(ctx, worker):
         found_here = False
         for devices in group:
-            if not ctx.budget.in_time():
+            if not ctx.in_time():
                 break
             most = ctx.evaluator.layers_within(room_for_layers(ctx, devices), current, hi)
             if most < current:
