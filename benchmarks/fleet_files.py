@@ -45,9 +45,7 @@ def replica_counts(rng: random.Random, replicas: int, deployments: int) -> list[
     return counts
 
 
-def fleet_text(
-    workers: int, gpus: int, replicas: int, deployments: int, running: float = 0.5, seed: int = 1
-) -> str:
+def fleet_text(workers: int, gpus: int, replicas: int, deployments: int, running: float = 0.5, seed: int = 1) -> str:
     """The fleet file's text (see the module's docstring)."""
     rng = random.Random(seed)
     out = io.StringIO()

@@ -17,6 +17,7 @@ them by their place in that list (``CUDA0,CUDA1``).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from functools import lru_cache
 
 from layerfit.domain.builds import check_flags, flash_attn_args, load_mode_args
 from layerfit.domain.choices import ModelKind
@@ -125,6 +126,13 @@ def _check_own_flags(params: LlamaParams, build: int) -> None:
     load_mode_args(params.load_mode, build)
 
 
+@lru_cache(maxsize=1024)
+def _own_args(params: LlamaParams) -> tuple[str, ...]:
+    """The deployment's own flags but load mode and flash attention (written per build), once per
+    deployment: a fleet writes thousands of commands from a few parameter sets."""
+    return tuple(params.model_copy(update={"load_mode": None, "flash_attn": "auto"}).to_args())
+
+
 def server_command(
     cluster: Cluster,
     layout: Layout,
@@ -148,7 +156,7 @@ def server_command(
     main = cluster.worker(layout.main_worker)
     build = config.build
     _check_own_flags(params, build)
-    own_args = params.model_copy(update={"load_mode": None, "flash_attn": "auto"}).to_args()
+    own_args = _own_args(params)
     argv: list[str] = ["-m", model_path, *own_args, *kind_switches(kind, params.extra)]
     argv += flash_attn_args(params.flash_attn, build)
     argv += load_mode_args(params.load_mode, build)

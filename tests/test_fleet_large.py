@@ -4,6 +4,7 @@ straightforward ones gave, and the stages that may run long consult the deadline
 from __future__ import annotations
 
 import random
+import time
 from typing import Literal
 
 import pytest
@@ -11,14 +12,38 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layerfit.check import capacity_reasons
-from layerfit.domain import Cluster, Deployment, DeviceAssignment, GiB, Gpu, Layout, LlamaParams, MemoryProfile, Worker
-from layerfit.domain.fleet import Move, ReplicaChange
+from layerfit.deadline import Deadline
+from layerfit.domain import (
+    Cluster,
+    Deployment,
+    DeviceAssignment,
+    GiB,
+    Gpu,
+    Layout,
+    LlamaParams,
+    MemoryProfile,
+    PlannerConfig,
+    Worker,
+)
+from layerfit.domain.fleet import Fleet, FleetConfig, Move, Placement, ReplicaChange
 from layerfit.domain.layout import Claims
 from layerfit.errors import SolverError
-from layerfit.fleet import order_moves, pricing_bound
+from layerfit.fleet import colgen, generate_candidates, order_moves, plan_fleet, pricing_bound
+from layerfit.fleet import plan as fleet_plan
+from layerfit.fleet.budget import COLUMN_S, Budget
+from layerfit.fleet.candidates import Allowance, budgeted_candidates, identical_groups
+from layerfit.fleet.colgen import ColumnGeneration
+from layerfit.fleet.generate import single_quotas
+from layerfit.fleet.gpu_table import GpuTable
+from layerfit.fleet.greedy import greedy
+from layerfit.fleet.joint import current_counts
+from layerfit.fleet.lp import PLACED, Fleetwide, Goal, solve_lp
+from layerfit.fleet.master import Master
 from layerfit.fleet.moves import gpu_names
-from layerfit.fleet.pricing import Prices
+from layerfit.fleet.plan import final_reserve
+from layerfit.fleet.pricing import Priced, Prices, PricingTask, build_cost, relaxed_answer
 from layerfit.fleet.pricing_bound import relaxed_bound
+from layerfit.fleet.tiers import MODEL_STAGE, solve_tiers
 from layerfit.memory import claims, make_layout
 
 Replica = tuple[str, int, Layout, Claims]
@@ -190,3 +215,136 @@ def test_the_relaxation_over_many_gpus_from_arrays_is_the_one_gpu_by_gpu(seed: i
     opened = min(prices.worker_open.get(w.name, 0.0) for w in cluster.workers)
     expected = pricing_bound._best(gpus, profile, prices, target, full) - opened
     assert relaxed_bound(cluster, deployment, profile, prices) == pytest.approx(expected, rel=1e-12, abs=1e-9)
+
+
+def _fleet(seed: int = 3, workers: int = 4, replicas: int = 2) -> Fleet:
+    """Workers of one to three GPUs, four deployments of ``replicas`` replicas, some running now."""
+    rng = random.Random(seed)
+    cluster = _cluster(rng, workers)
+    deployments = tuple(
+        Deployment(name=f"d{i}", profile=MemoryProfile.uniform(4, gib * GiB // 4, 0), replicas=replicas)
+        for i, gib in enumerate([2, 4, 6, 3])
+    )
+    current = tuple(
+        Placement(deployment=name, replica=r, layout=layout)
+        for name, r, layout, _ in (_replica(rng, cluster, "d0", r, 2) for r in range(replicas))
+    )
+    return Fleet(cluster=cluster, deployments=deployments, current=current)
+
+
+CONFIG = FleetConfig(time_limit_s=10.0, executor="serial", num_search_workers=1)
+PLANNER = PlannerConfig(time_limit_s=2.0, num_search_workers=1)
+
+
+def test_a_plan_whose_limit_ended_before_it_began_keeps_within_reach_and_says_what_was_cut() -> None:
+    fleet = _fleet()
+    started = time.perf_counter()
+    plan = plan_fleet(fleet, CONFIG, PLANNER, deadline=Deadline(started - 1.0))
+    stops = str(plan.stats[0].details["safety_stops"])
+    # every stage that checks the clock stopped: no search, no model; the greedy start is the plan
+    assert "candidate generation" in stops and MODEL_STAGE in stops
+    assert plan.stats[0].details["candidate_generation"].startswith("cut short")
+    assert any(r.resource == "time_limit_s" and "safety stop" in r.message for r in plan.reasons)
+    # the replicas running now keep their layouts (the only candidates left), and nothing overflows
+    assert {(p.deployment, p.replica) for p in plan.placements if p.change is ReplicaChange.KEPT} == {
+        ("d0", 0),
+        ("d0", 1),
+    }
+    assert not capacity_reasons(fleet.cluster, *(p.claims for p in plan.placements))
+    # and the commands of every placed replica are written
+    assert len(plan.commands) == len(plan.placements)
+    # the same fleet with its limit ahead: nothing is cut
+    planned = plan_fleet(fleet, CONFIG, PLANNER)
+    assert planned.stats[0].details["safety_stops"] == "none" and len(planned.placements) > len(plan.placements)
+
+
+def test_the_master_model_is_not_built_past_its_deadline() -> None:
+    fleet = _fleet()
+    candidates = [generate_candidates(fleet.cluster, d, d.profile, PLANNER) for d in fleet.deployments]  # type: ignore[arg-type]
+    counts = current_counts(fleet)
+    assert all(candidates)
+    late = Master(fleet.cluster, fleet.deployments, candidates, counts, {}, deadline=Deadline(time.perf_counter()))
+    assert not late.built
+    built = Master(fleet.cluster, fleet.deployments, candidates, counts, {}, deadline=Deadline.after(60.0))
+    assert built.built and built.all_vars()
+    # the tiers without a model: the greedy start, nothing proven, the stop named
+    budget = Budget.of(10.0)
+    outcome = solve_tiers(late, CONFIG, budget)
+    assert outcome.counts == greedy(late) and MODEL_STAGE in budget.stops
+    assert outcome.proven[0] is False or outcome.values[0] == late.simple_bounds()[0]
+
+
+def test_past_the_plans_deadline_a_deployment_keeps_only_its_current_layouts() -> None:
+    fleet = _fleet()
+    d0 = fleet.deployments[0]
+    assert d0.profile is not None
+    current = tuple(dict.fromkeys(p.layout for p in fleet.current))
+    members = ((current, 0, 2, 64),)
+    table = GpuTable.of(fleet.cluster)
+    (found,), allowance = budgeted_candidates(
+        (fleet.cluster, table), (d0, d0.profile, PLANNER, members, Allowance(final=time.time() - 1.0))
+    )
+    assert allowance.stopped and {layout for layout, _ in found} <= set(current)
+    (more,), allowance = budgeted_candidates(
+        (fleet.cluster, table), (d0, d0.profile, PLANNER, members, Allowance(final=time.time() + 60.0))
+    )
+    assert not allowance.stopped and len(more) > len(found)
+
+
+def test_each_deployment_gets_what_it_needs_and_the_budget_decides_the_rest() -> None:
+    replicas = [1, 3, 40]
+    # no budget, or no cap: every deployment its limit
+    assert single_quotas(replicas, 64, None) == [64, 64, 64]
+    assert single_quotas(replicas, 0, 0.0) == [0, 0, 0]
+    # no budget left: twice the replicas and two, at most the limit
+    assert single_quotas(replicas, 64, 0.0) == [4, 8, 64]
+    # a budget for all of them: the limit
+    assert single_quotas(replicas, 64, COLUMN_S * 64 * 3) == [64, 64, 64]
+    # half of what the rest would cost: half of it each
+    floors = 4 + 8 + 64
+    half = COLUMN_S * (floors + (60 + 56) / 2)
+    assert single_quotas(replicas, 64, half) == [4 + 30, 8 + 28, 64]
+
+
+def test_the_lp_is_not_built_past_its_time() -> None:
+    fleet = _fleet()
+    candidates = [generate_candidates(fleet.cluster, d, d.profile, PLANNER) for d in fleet.deployments]  # type: ignore[arg-type]
+    profiles = {d.name: d.profile for d in fleet.deployments}
+    groups = identical_groups(fleet.deployments, profiles)  # type: ignore[arg-type]
+    weights = {d.name: 1 for d in fleet.deployments}
+    wide = Fleetwide(fleet.cluster, fleet.deployments, weights, groups)
+    assert solve_lp(wide, candidates, Goal(PLACED), 60.0).value > 0
+    with pytest.raises(SolverError, match="not built in time"):
+        solve_lp(wide, [options * 300 for options in candidates], Goal(PLACED), 0.0)
+
+
+def test_pricing_searches_only_the_problems_whose_builds_fit_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = _fleet(replicas=3)
+    profiles = {d.name: d.profile for d in fleet.deployments}
+    candidates = [generate_candidates(fleet.cluster, d, d.profile, PLANNER)[:1] for d in fleet.deployments]  # type: ignore[arg-type]
+    weights = {d.name: 1 for d in fleet.deployments}
+    searched: list[str] = []
+
+    def counted(cluster: Cluster, task: PricingTask) -> Priced:
+        searched.append(task[0].name)
+        return relaxed_answer(cluster, task[0], task[1], task[3])
+
+    monkeypatch.setattr(colgen, "pricing_task", counted)
+    cg = ColumnGeneration(fleet.cluster, fleet.deployments, profiles, candidates, weights, CONFIG, PLANNER)  # type: ignore[arg-type]
+    lp = solve_lp(cg.fleet, cg.columns, Goal(PLACED))
+    build = build_cost(fleet.cluster, fleet.deployments[0])
+    cg._price_all(lp, budget_s=1e-9, deadline=time.perf_counter() + 60)
+    assert searched == []  # no build fits: every problem keeps the relaxation's answer
+    cg._price_all(lp, budget_s=2 * build / colgen.BUILD_SHARE, deadline=time.perf_counter() + 60)
+    assert 0 < len(searched) <= 2  # two builds fit, in order
+    assert cg.work_s >= len(searched) * build
+
+
+def test_the_reserve_after_the_stages_grows_with_the_replicas() -> None:
+    def fleet_of(replicas: int) -> Fleet:
+        deployment = Deployment(name="d", profile=MemoryProfile.uniform(4, GiB, 0), replicas=replicas)
+        return Fleet(cluster=_cluster(random.Random(1), 2), deployments=(deployment,))
+
+    assert final_reserve(10.0, fleet_of(1)) == pytest.approx(10.0 * fleet_plan.COMMANDS_SHARE)
+    assert final_reserve(2.0, fleet_of(1024)) == pytest.approx(1024 * fleet_plan.FINAL_PER_REPLICA_S)
+    assert final_reserve(0.2, fleet_of(1024)) == pytest.approx(0.2 * fleet_plan.FINAL_SHARE)

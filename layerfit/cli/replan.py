@@ -25,6 +25,9 @@ PER_DEPLOYMENT_SECONDS = 2.0
 
 
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
+    from layerfit.deadline import Deadline
+
+    deadline = Deadline.after(args.time_limit)  # the limit counts reading the file too
     from layerfit.cli.inputs import check_plot_target, planner_config, progress_display
     from layerfit.cli.render import render_fleet
     from layerfit.domain.fleet import Fleet, FleetConfig
@@ -46,7 +49,7 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
     with reading_once():  # the plot reads the models again
         with progress_display(args, "replan") as shown:
             config = FleetConfig(time_limit_s=args.time_limit, executor=Executor(args.executor), progress=shown)
-            result = plan_fleet(fleet, config, commands_for)
+            result = plan_fleet(fleet, config, commands_for, deadline=deadline)
         print(result.model_dump_json(indent=2) if args.json else render_fleet(result, fleet.cluster))
         if args.plot:
             _draw(args.plot, fleet, result)
@@ -94,7 +97,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "replan", help=SUBCOMMANDS["replan"][1], epilog=EXAMPLES, formatter_class=HELP_FORMAT
     )
     replan.add_argument("fleet", help="fleet YAML/JSON: cluster, deployments, current placements")
-    replan.add_argument("--time-limit", type=seconds, default=60.0, help="master solver time limit (default 60 s)")
+    replan.add_argument(
+        "--time-limit",
+        type=seconds,
+        default=60.0,
+        help="time limit of the whole re-plan, reading the fleet file included (default 60 s)",
+    )
     replan.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value)
     add_build_arguments(replan)
     replan.add_argument("--json", action="store_true", help="print the fleet plan as JSON")

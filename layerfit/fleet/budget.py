@@ -31,6 +31,9 @@ PLANNER_S = 0.5
 """Nominal cost of the single-deployment planner's layouts over the whole cluster."""
 SEED_PER_GPU_S = 25e-6
 """Nominal cost of placing one replica one at a time, per GPU of the cluster."""
+COLUMN_S = 0.15e-3
+"""Nominal cost of one candidate layout through the plan: made and checked, a column of the
+master and of column generation's LP, looked at by the greedy start."""
 GROUP_PER_OPTION_S = 0.35e-6
 """Nominal cost of building one group of the footprint search, per candidate of the master."""
 GROUP_SOLVE_S = 0.01
@@ -52,6 +55,13 @@ class Budget:
     def of(cls, time_limit_s: float, deadline: Deadline | None = None) -> Budget:
         """The whole plan's budget: ``WORK_SHARE`` x the limit, the limit itself as the safety stop."""
         return cls(time_limit_s * WORK_SHARE, deadline or Deadline.after(time_limit_s))
+
+    def final(self) -> Deadline:
+        """The whole plan's deadline (that of the budget every other is a part of)."""
+        budget = self
+        while budget.parent is not None:
+            budget = budget.parent
+        return budget.deadline
 
     def left(self) -> float:
         return max(0.0, self.nominal_s - self.spent_s)

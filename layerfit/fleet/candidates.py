@@ -78,16 +78,15 @@ class _Fitting:
         order = self.table.by_room
         return order[self.fits[order]]
 
-    def chosen(self, limit: int, offset: int) -> list[tuple[Worker, int]]:
-        """Every fitting GPU, or (past ``limit``) half of those that fit tightest (the same ones for
-        every deployment, so that several can share a GPU) and half spread evenly over the rest
-        (so that deployments do not all compete for the same few)."""
+    def chosen(self, limit: int, offset: int) -> list[int]:
+        """Every fitting GPU's row, or (past ``limit``) half of those that fit tightest (the same
+        ones for every deployment, so that several can share a GPU) and half spread evenly over the
+        rest (so that deployments do not all compete for the same few)."""
         if limit <= 0 or len(self.rows) <= limit:
-            return [self.table.gpu(int(row)) for row in self.rows]
-        by_room: list[int] = self._by_room.tolist()
-        tight = by_room[: limit // 2]
-        rest = _stratified(by_room[limit // 2 :], limit - len(tight), offset)
-        return [self.table.gpu(row) for row in [*tight, *rest]]
+            return [int(row) for row in self.rows]
+        tight = limit // 2
+        rest = _stratified(range(tight, len(self.rows)), limit - tight, offset)
+        return [int(self._by_room[position]) for position in [*range(tight), *rest]]
 
 
 def _fitting_gpus(
@@ -120,13 +119,24 @@ def _moved_template(template: Claims, worker: Worker, index: int) -> Claims:
 
 
 def _chosen_singles(
-    profile: MemoryProfile, config: PlannerConfig, fitting: _Fitting, limit: int, offset: int
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    fitting: _Fitting,
+    limit: int,
+    offset: int,
+    made: dict[int, tuple[Layout, Claims]] | None = None,
 ) -> list[tuple[Layout, Claims]]:
+    """The chosen single-GPU full offloads with their claims (``made``: those of the group so far,
+    which members share)."""
+    made = {} if made is None else made
     chosen = []
-    for worker, index in fitting.chosen(limit, offset):
-        template = fitting.templates[worker.unified_memory]
-        if template is not None:
-            chosen.append((_single_layout(profile, config, worker, index), _moved_template(template, worker, index)))
+    for row in fitting.chosen(limit, offset):
+        if row not in made:
+            worker, index = fitting.table.gpu(row)
+            template = fitting.templates[worker.unified_memory]
+            assert template is not None  # a GPU fits only where its kind has a template
+            made[row] = (_single_layout(profile, config, worker, index), _moved_template(template, worker, index))
+        chosen.append(made[row])
     return chosen
 
 
@@ -164,8 +174,20 @@ def _planner_candidates(
     return valid_candidates(cluster, deployment, profile, config, layouts), bool(time_cuts(result))
 
 
-Member = tuple[tuple[Layout, ...], int, int]
-"""A deployment of a group: its current layouts, its offset among the GPUs and its replicas."""
+Member = tuple[tuple[Layout, ...], int, int, int]
+"""A deployment of a group: its current layouts, its offset among the GPUs, its replicas and the
+most single-GPU (and multi-GPU host) layouts it gets."""
+SPARE = 2
+"""Beyond twice its replicas, the layouts a deployment gets whatever the budget (their work is
+not optional: fewer leave replicas without a place)."""
+
+
+def needed_layouts(replicas: int, limit: int) -> int:
+    """The layouts a deployment of ``replicas`` gets whatever the work budget: twice its replicas
+    and ``SPARE`` (the tightest half of the single-GPU layouts is the same for every deployment),
+    at most ``limit`` (0: no cap)."""
+    floor = 2 * replicas + SPARE
+    return floor if limit <= 0 else min(limit, floor)
 
 
 class _Shared:
@@ -179,6 +201,7 @@ class _Shared:
         self.hosts = [] if deployment.kind is ModelKind.IMAGE else _multi_gpu_hosts(deployment, profile, table)
         self._on_host: dict[str, tuple[Layout, Claims] | None] = {}
         self._planner: CandidateSet | None = None
+        self.singles: dict[int, tuple[Layout, Claims]] = {}
 
     def on_host(self, worker: Worker) -> tuple[Layout, Claims] | None:
         """The first valid fewest-GPU full offload on this worker alone."""
@@ -211,6 +234,9 @@ class Allowance:
 
     work_s: float = math.inf
     until: float | None = None
+    final: float | None = None
+    """``time.time()`` of the plan's own deadline: past it even the layouts a deployment needs
+    are not looked for (it keeps its current ones), and ``stopped`` says so."""
     cut: bool = False
     """A layout was not looked for: the work budget was spent."""
     stopped: bool = False
@@ -234,20 +260,34 @@ class Allowance:
         """A step that runs whatever is left."""
         self.work_s = max(0.0, self.work_s - cost_s)
 
+    def past_final(self) -> bool:
+        """The plan's deadline has passed (and ``stopped`` is set)."""
+        if self.final is not None and time.time() >= self.final:
+            self.stopped = True
+            return True
+        return False
 
-def _member_candidates(shared: _Shared, member: Member, limit: int, allowance: Allowance) -> CandidateSet:
-    """The member's candidates: its current layouts and single-GPU ones (cheap); a multi-GPU
-    layout per worker (then the planner's) while the allowance lasts, or whatever it costs while
-    the deployment has fewer candidates than replicas or needs several GPUs."""
-    current, offset, replicas = member
+
+def _member_candidates(shared: _Shared, member: Member, allowance: Allowance) -> CandidateSet:
+    """The member's candidates: its current layouts and single-GPU ones (at most its quota); a
+    multi-GPU layout per worker (then the planner's) while the allowance lasts, or whatever it
+    costs while the deployment has fewer candidates than it needs (``needed_layouts``; for one
+    that fits on one GPU, than replicas) or needs several GPUs. Past the plan's deadline
+    (``allowance.final``) only its current layouts."""
+    current, offset, replicas, quota = member
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
-    found += _chosen_singles(shared.profile, shared.config, shared.fitting, limit, offset)
+    if allowance.past_final():
+        return tuple(dict(found).items())
+    found += _chosen_singles(shared.profile, shared.config, shared.fitting, quota, offset, shared.singles)
     fits_one_worker = bool(shared.fitting)
-    for worker in _stratified(shared.hosts, limit, offset):
+    needed = replicas if shared.fitting else needed_layouts(replicas, quota)
+    for worker in _stratified(shared.hosts, quota, offset):
         if not shared.has_host(worker):
-            optional = bool(shared.fitting) and len(found) >= replicas
+            optional = len(found) >= needed
             if optional and not allowance.take(HOST_LAYOUT_S):
                 continue
+            if allowance.past_final():
+                break
             if not optional:
                 allowance.charge(HOST_LAYOUT_S)
         multi = shared.on_host(worker)
@@ -257,10 +297,12 @@ def _member_candidates(shared: _Shared, member: Member, limit: int, allowance: A
     if not fits_one_worker:
         # Nothing fits fully on one worker: let the single-deployment planner find distributed or
         # partial layouts over the whole cluster.
-        needed = len(found) < replicas and not shared.has_planner()
-        if needed:
+        wanted = len(found) < replicas and not shared.has_planner()
+        if wanted and not allowance.past_final():
             allowance.charge(PLANNER_S)
-        if needed or shared.has_planner() or allowance.take(PLANNER_S):
+        elif wanted:
+            wanted = False
+        if wanted or shared.has_planner() or allowance.take(PLANNER_S):
             found += shared.planner(allowance)
     unique: dict[Layout, Claims] = {}
     for layout, claims in found:
@@ -268,10 +310,11 @@ def _member_candidates(shared: _Shared, member: Member, limit: int, allowance: A
     return tuple(unique.items())
 
 
-def host_demand(deployment: Deployment, profile: MemoryProfile, members: int, limit: int, table: GpuTable) -> float:
-    """Nominal seconds a group of identical deployments' candidates take at most, about."""
+def host_demand(deployment: Deployment, profile: MemoryProfile, quotas: Sequence[int], table: GpuTable) -> float:
+    """Nominal seconds a group of identical deployments' candidates take at most, about (each
+    member looks at up to its quota of workers, 0: every one)."""
     hosts = len(_multi_gpu_hosts(deployment, profile, table))
-    looked_at = hosts if limit <= 0 else min(hosts, limit * members)
+    looked_at = hosts if any(q <= 0 for q in quotas) else min(hosts, sum(quotas))
     return HOST_LAYOUT_S * looked_at + (0.0 if hosts else PLANNER_S)
 
 
@@ -280,33 +323,36 @@ def group_candidates(
     deployment: Deployment,
     profile: MemoryProfile,
     config: PlannerConfig,
-    members: Sequence[Member],
+    members: Sequence[tuple[tuple[Layout, ...], int, int]],
     limit: int = 0,
     until: float | None = None,
     work_s: float = math.inf,
 ) -> tuple[tuple[CandidateSet, ...], bool]:
-    """``generate_candidates`` for each of identical deployments (same profile and rules), sharing
-    the work: the fitting GPUs, each worker's multi-GPU layout and the planner's layouts; and
-    whether any was cut short (by ``work_s``, or at ``until``: ``time.time()``)."""
-    sets, allowance = budgeted_candidates(
-        (cluster, GpuTable.of(cluster)), (deployment, profile, config, tuple(members), limit, Allowance(work_s, until))
-    )
+    """``generate_candidates`` for each of identical deployments (same profile and rules; each
+    member its current layouts, its offset and its replicas), sharing the work: the fitting GPUs,
+    each worker's multi-GPU layout and the planner's layouts; and whether any was cut short (by
+    ``work_s``, or at ``until``: ``time.time()``). Each member gets up to ``limit`` single-GPU layouts."""
+    quoted = tuple((*member, limit) for member in members)
+    task = (deployment, profile, config, quoted, Allowance(work_s, until))
+    sets, allowance = budgeted_candidates((cluster, GpuTable.of(cluster)), task)
     return sets, allowance.cut or allowance.stopped
 
 
-GroupTask = tuple[Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], int, Allowance]
-"""A group of identical deployments: the first one, its profile, the rules, the members, the cap
-on single-GPU candidates and the allowance."""
+GroupTask = tuple[Deployment, MemoryProfile, PlannerConfig, tuple[Member, ...], Allowance]
+"""A group of identical deployments: the first one, its profile, the rules, the members and the allowance."""
 Fleetside = tuple[Cluster, GpuTable]
 """What every group's task shares: the cluster, and its GPUs as arrays (sent once per process)."""
 
 
 def budgeted_candidates(fleetside: Fleetside, task: GroupTask) -> tuple[tuple[CandidateSet, ...], Allowance]:
-    """``group_candidates`` within the task's allowance, which comes back with what cut it short."""
+    """``group_candidates`` within the task's allowance, which comes back with what cut it short;
+    past the plan's deadline every member keeps its current layouts only."""
     cluster, table = fleetside
-    deployment, profile, config, members, limit, allowance = task
+    deployment, profile, config, members, allowance = task
+    if allowance.past_final():
+        return tuple(valid_candidates(cluster, deployment, profile, config, m[0]) for m in members), allowance
     shared = _Shared(cluster, deployment, profile, config, table)
-    return tuple(_member_candidates(shared, member, limit, allowance) for member in members), allowance
+    return tuple(_member_candidates(shared, member, allowance) for member in members), allowance
 
 
 def generate_candidates(

@@ -140,13 +140,19 @@ class ColumnGeneration:
         return relaxed, self._settled(lp, g, relaxed)
 
     def _price_all(
-        self, lp: LpSolution, budget_s: float, deadline: float, earlier: Sequence[Priced] = ()
+        self,
+        lp: LpSolution,
+        budget_s: float,
+        deadline: float,
+        earlier: Sequence[Priced] = (),
+        builds_s: float | None = None,
     ) -> tuple[list[Priced], float]:
         """Every group's pricing problem, those the screen settles without a search; with
         ``earlier`` results of the same LP, only those not settled are solved again. Also each
         search's deterministic limit. Building a model is charged (``pricing.build_cost``): only
-        the problems, in order, whose builds fit in ``BUILD_SHARE`` of ``budget_s`` are searched
-        (on 23,600 GPUs one build takes seconds), the others keep the relaxation's answer."""
+        the problems, in order, whose builds fit in ``builds_s`` (default ``BUILD_SHARE`` of
+        ``budget_s``) are searched (on 30,000 GPUs one build takes 11-22 s), the others keep the
+        relaxation's answer."""
         screened = [
             (earlier[g], True) if earlier and self._settled(lp, g, earlier[g]) else self._screened(lp, g, deadline)
             for g in range(len(self.groups))
@@ -154,9 +160,10 @@ class ColumnGeneration:
         unsettled = [g for g, (_, settled) in enumerate(screened) if not settled]
         limit = self._task_limit(budget_s, len(unsettled))
         searched, builds = [], 0.0
+        allowed = BUILD_SHARE * budget_s if builds_s is None else builds_s
         for g in unsettled:
             build = build_cost(self.cluster, self.deployments[self.groups[g][0]])
-            if builds + build > BUILD_SHARE * budget_s:
+            if builds + build > allowed:
                 break
             searched.append(g)
             builds += build
@@ -254,7 +261,8 @@ class ColumnGeneration:
             if remaining <= 0.05 or spent():
                 break
             budget_round = budget
-            priced, limit = self._price_all(lp, budget_round, deadline)
+            left = budget - (self.work_s - spent_before)
+            priced, limit = self._price_all(lp, budget_round, deadline, (), BUILD_SHARE * max(0.0, left))
             rounds += 1
             new = self._add_columns(lp, priced)
             while new == 0 and not self._all_settled(lp, priced) and limit < self.config.pricing_time_limit_s:
@@ -265,7 +273,9 @@ class ColumnGeneration:
                 complete = complete and all(result.complete for result in priced)
                 best = min(best, self._round_bound(lp, priced))
                 budget_round *= RETRY_FACTOR
-                priced, limit = self._price_all(lp, budget_round, deadline, priced)
+                # a retry's searches get more time each; its builds only what is left of the budget
+                left = budget - (self.work_s - spent_before)
+                priced, limit = self._price_all(lp, budget_round, deadline, priced, BUILD_SHARE * max(0.0, left))
                 rounds += 1
                 new = self._add_columns(lp, priced)
             complete = complete and all(result.complete for result in priced)

@@ -45,14 +45,19 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
     deployments = {deployment.name: deployment for deployment in fleet.deployments}
     servers_on: Counter[str] = Counter()
     rpc_ports_taken = 0
+    shifted = config
+    own_ports = {
+        name: any(arg == "--port" or arg.startswith("--port=") for arg in deployment.params.extra)
+        for name, deployment in deployments.items()
+    }
     per_replica = []
     for placed in plan.placements:
         deployment = deployments[placed.deployment]
         worker = placed.layout.main_worker
-        own_port = any(arg == "--port" or arg.startswith("--port=") for arg in deployment.params.extra)
-        port = () if own_port else ("--port", str(SERVER_PORT_BASE + servers_on[worker]))
+        port = () if own_ports[placed.deployment] else ("--port", str(SERVER_PORT_BASE + servers_on[worker]))
         servers_on[worker] += 1
-        shifted = config.model_copy(update={"rpc_port_base": config.rpc_port_base + rpc_ports_taken})
+        if shifted.rpc_port_base != config.rpc_port_base + rpc_ports_taken:
+            shifted = config.model_copy(update={"rpc_port_base": config.rpc_port_base + rpc_ports_taken})
         rpc_ports_taken += len(placed.layout.rpc_devices)
         lines = deployment_commands(
             fleet.cluster, placed.layout, deployment, resolve_profile(deployment), shifted, server_args=port

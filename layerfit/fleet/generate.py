@@ -15,7 +15,7 @@ from layerfit.domain.fleet import Fleet, FleetConfig
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
-from layerfit.fleet.budget import SEED_PER_GPU_S, Budget
+from layerfit.fleet.budget import COLUMN_S, SEED_PER_GPU_S, Budget
 from layerfit.fleet.candidates import (
     Allowance,
     CandidateSet,
@@ -23,13 +23,19 @@ from layerfit.fleet.candidates import (
     budgeted_candidates,
     host_demand,
     identical_groups,
+    needed_layouts,
     valid_candidates,
 )
 from layerfit.fleet.executors import run_shared
 from layerfit.fleet.gpu_table import GpuTable
 from layerfit.fleet.sequential import heuristic_layout, plan_sequential
 
+SINGLES_SHARE = 0.5
+"""Share of candidate generation's budget for the single-GPU layouts beyond what each deployment needs."""
 SEED_STAGE = "the one-at-a-time seed"
+SEED_GUARD = 2.0
+"""A replica is not placed one at a time with less than this many times its nominal cost left
+on the clock (the heuristic took 40 µs per GPU on 30,000 GPUs, against 25 µs counted)."""
 PLANNER_STAGE = "the single-deployment planner's layouts (its time limit, PlannerConfig.time_limit_s)"
 
 
@@ -52,21 +58,25 @@ def fleet_candidates(
     # time.time(), not the deadline's perf_counter: the tasks may run in other processes
     until = None if budget is None else time.time() + budget.deadline.remaining()
     limit = config.max_single_gpu_candidates
-    table = GpuTable.of(fleet.cluster)
+    table = GpuTable.cached(fleet.cluster)
+    replicas = [deployment.replicas for deployment in fleet.deployments]
+    # the single-GPU layouts are not charged (as before budgets), only kept within the budget's share
+    quotas = single_quotas(replicas, limit, None if budget is None else budget.left() * SINGLES_SHARE)
+    final = None if budget is None else time.time() + budget.final().remaining()
     firsts = [fleet.deployments[group[0]] for group in groups]
     demands = [
-        host_demand(first, profiles[first.name], len(group), limit, table)
+        host_demand(first, profiles[first.name], [quotas[d] for d in group], table)
         for first, group in zip(firsts, groups, strict=True)
     ]
     scale = 1.0 if budget is None else min(1.0, budget.left() / max(1e-9, sum(demands)))
     tasks: list[GroupTask] = []
     for group, first, demand in zip(groups, firsts, demands, strict=True):
         members = tuple(
-            (tuple(dict.fromkeys(current_layouts[fleet.deployments[d].name])), d, fleet.deployments[d].replicas)
+            (tuple(dict.fromkeys(current_layouts[fleet.deployments[d].name])), d, replicas[d], quotas[d])
             for d in group
         )
-        allowance = Allowance(math.inf if budget is None or scale >= 1.0 else demand * scale, until)
-        tasks.append((first, profiles[first.name], planner_config, members, limit, allowance))
+        allowance = Allowance(math.inf if budget is None or scale >= 1.0 else demand * scale, until, final)
+        tasks.append((first, profiles[first.name], planner_config, members, allowance))
     found: list[CandidateSet] = [()] * len(fleet.deployments)
     cut: list[str] = []
     results = run_shared(budgeted_candidates, (fleet.cluster, table), tasks, config)
@@ -81,6 +91,18 @@ def fleet_candidates(
     if budget is not None:
         budget.spend(min(budget.left(), sum(demands)))
     return found, cut
+
+
+def single_quotas(replicas: Sequence[int], limit: int, budget_s: float | None) -> list[int]:
+    """The single-GPU layouts each deployment gets (each also looks at as many multi-GPU hosts):
+    ``limit`` where ``budget_s`` affords every one at ``COLUMN_S`` (or without a budget, or with
+    no cap: 0), else what each needs (``needed_layouts``) and the same share of the rest for all."""
+    if budget_s is None or limit <= 0:
+        return [limit] * len(replicas)
+    floors = [needed_layouts(r, limit) for r in replicas]
+    rest = sum(limit - floor for floor in floors) * COLUMN_S
+    share = 1.0 if rest <= 0 else min(1.0, max(0.0, (budget_s - COLUMN_S * sum(floors)) / rest))
+    return [floor + int((limit - floor) * share) for floor in floors]
 
 
 def cut_candidates(cut: Sequence[str]) -> tuple[str, tuple[Reason, ...]]:
@@ -117,6 +139,10 @@ def with_sequential_seed(
 
     def seed_layout(cluster: Cluster, deployment: Deployment, profile: MemoryProfile) -> Layout | None:
         if budget is not None and (not budget.affords(cost) or budget.expired(SEED_STAGE)):
+            skipped.append(deployment.name)
+            return None
+        if budget is not None and budget.deadline.remaining() < SEED_GUARD * cost:  # would end past its deadline
+            budget.safety_stop(SEED_STAGE)
             skipped.append(deployment.name)
             return None
         if budget is not None:

@@ -45,11 +45,14 @@ class _Packing:
     def __init__(self, master: Master) -> None:
         self.master = master
         self.free = dict(master.capacity)
-        self.counts: Counts = [[0] * len(row) for row in master.x]
+        self.counts: Counts = [[0] * len(options) for options in master.candidates]
         self.left = [deployment.replicas for deployment in master.deployments]
+        self.layers = master.gpu_layers
+        self.gpus = [[[(k, n) for k, n in takes if isinstance(k, tuple)] for takes in row] for row in master.loads]
 
     def fits(self, d: int, c: int) -> bool:
-        return all(self.free[key] >= n_bytes for key, n_bytes in self.master.loads[d][c])
+        free = self.free
+        return all(free[key] >= n_bytes for key, n_bytes in self.master.loads[d][c])
 
     def take(self, d: int, c: int) -> bool:
         if not self.fits(d, c):
@@ -62,28 +65,30 @@ class _Packing:
 
     def fit_score(self, d: int, c: int) -> tuple[int, int]:
         """GPUs the candidate would open, then the VRAM it would leave free on its GPUs."""
-        gpus = [(key, n_bytes) for key, n_bytes in self.master.loads[d][c] if isinstance(key, tuple)]
-        opened = sum(1 for key, _ in gpus if self.free[key] == self.master.capacity[key])
-        return opened, sum(self.free[key] - n_bytes for key, n_bytes in gpus)
+        free, capacity = self.free, self.master.capacity
+        gpus = self.gpus[d][c]
+        opened = sum(1 for key, _ in gpus if free[key] == capacity[key])
+        return opened, sum(free[key] - n_bytes for key, n_bytes in gpus)
 
     def take_wanted(self, wanted: Mapping[str, Counter[Layout]]) -> None:
         for d, deployment in enumerate(self.master.deployments):
+            here = wanted.get(deployment.name)
+            if not here:
+                continue
             for c, (layout, _) in enumerate(self.master.candidates[d]):
-                missing = wanted.get(deployment.name, Counter()).get(layout, 0) - self.counts[d][c]
+                missing = here.get(layout, 0) - self.counts[d][c]
                 for _ in range(min(missing, self.left[d])):
                     self.take(d, c)
 
     def take_best(self, d: int) -> None:
         """Replicas of ``d`` on the candidate with the most GPU layers, fewest new GPUs, tightest fit."""
-        candidates = self.master.candidates[d]
+        layers = self.layers[d]
         while self.left[d] > 0:
-            fitting = [c for c in range(len(candidates)) if self.fits(d, c)]
+            fitting = [c for c in range(len(layers)) if self.fits(d, c)]
             if not fitting:
                 break
-            layers = max(candidates[c][0].gpu_layers for c in fitting)
-            best = min(
-                (c for c in fitting if candidates[c][0].gpu_layers == layers), key=lambda c: self.fit_score(d, c)
-            )
+            most = max(layers[c] for c in fitting)
+            best = min((c for c in fitting if layers[c] == most), key=lambda c: self.fit_score(d, c))
             self.take(d, best)
 
 

@@ -24,7 +24,7 @@ from layerfit.domain.fleet import (
     TierBound,
     UnplacedReplica,
 )
-from layerfit.domain.layout import Layout
+from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
@@ -134,21 +134,16 @@ def choose(
     seeded: dict[str, Counter[Layout]] = defaultdict(Counter)
     for name, layout in seed:
         seeded[name][layout] += 1
-    master = Master(cluster, deployments, candidates, current_counts(fleet), pins, seeded)
     if budget is None:
         budget = Budget.of(config.time_limit_s if deadline is None else deadline.remaining(), deadline)
+    master = Master(cluster, deployments, candidates, current_counts(fleet), pins, seeded, budget.deadline)
     outcome = solve_tiers(master, config, budget.part(1 - DECODE_SHARE))
     placed, unplaced = _replicas(deployments, candidates, outcome.counts, current_by)
     unplaced = _with_device_cap(cluster, deployments, profiles, candidates, planner_config, unplaced)
     if capacity_reasons(cluster, *(p.claims for p in placed)):
         raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")
     # Replicas on workers or GPUs that are gone are not running any more: nothing to stop there.
-    unified = unified_workers(cluster)
-    current = [
-        (p.deployment, p.replica, p.layout, compute_claims(profiles[p.deployment], p.layout, unified))
-        for p in fleet.current
-        if not reference_reasons(cluster, p.layout)
-    ]
+    current = _running(fleet, profiles, candidates)
     before = [(p.deployment, p.replica) for p in fleet.current]
     moves = order_moves(cluster, current, [(p.deployment, p.replica, p.layout, p.claims) for p in placed], before)
     kept_or_moved = {(p.deployment, p.replica) for p in placed}
@@ -181,6 +176,24 @@ def choose(
     )
 
 
+def _running(
+    fleet: Fleet, profiles: Mapping[str, MemoryProfile], candidates: Sequence[CandidateSet]
+) -> list[tuple[str, int, Layout, Claims]]:
+    """The current placements on GPUs the cluster still has, with their claims (those of their
+    candidate where the layout is one: the memory model is not run again for 8,192 replicas)."""
+    cluster = fleet.cluster
+    unified = unified_workers(cluster)
+    # by identity: a current layout is a candidate as the very object the placement holds
+    known = {id(layout): claims for options in candidates for layout, claims in options}
+    running = []
+    for p in fleet.current:
+        if reference_reasons(cluster, p.layout):
+            continue
+        claims = known.get(id(p.layout)) or compute_claims(profiles[p.deployment], p.layout, unified)
+        running.append((p.deployment, p.replica, p.layout, claims))
+    return running
+
+
 def candidate_bounds(master: Master, outcome: TierOutcome) -> tuple[TierBound, ...]:
     """Every tier's value in its own units with the master's own bound, relative to the candidates
     only (each among the plans with the earlier tiers' values); a tier not solved (cut short) or
@@ -210,8 +223,23 @@ def _with_device_cap(
     """Replicas of a deployment that fits nowhere, with llama.cpp's device limit named when it cut
     the deployment's layouts (``layerfit.device_cap``)."""
     capped: dict[str, Reason] = {}
+    said: dict[object, Reason | None] = {}  # by what the reason depends on: it counts every worker's GPUs
     for deployment, options in zip(deployments, candidates, strict=True):
-        why = None if options else device_cap_reason(cluster, deployment, config, profiles[deployment.name].n_layers)
+        if options:
+            continue
+        n_layers = profiles[deployment.name].n_layers
+        params = deployment.params
+        key = (
+            deployment.kind,
+            deployment.gpu_selection,
+            deployment.distributed_inference_across_workers,
+            params.tensor_split,
+            params.n_gpu_layers,
+            n_layers,
+        )
+        if key not in said:
+            said[key] = device_cap_reason(cluster, deployment, config, n_layers)
+        why = said[key]
         if why is not None:
             capped[deployment.name] = why
     return [

@@ -15,6 +15,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from layerfit.deadline import Deadline, DeadlinePassed
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
@@ -50,13 +51,32 @@ def gpu_weight(cluster: Cluster) -> int:
     return len(cluster.workers) + 1
 
 
-def claim_bytes(cluster: Cluster, claims: Claims) -> list[tuple[ResourceKey, int]]:
-    """The bytes a layout's claims take from each GPU and each worker's RAM (or unified pool)."""
+def claim_bytes(cluster: Cluster | frozenset[str], claims: Claims) -> list[tuple[ResourceKey, int]]:
+    """The bytes a layout's claims take from each GPU and each worker's RAM (or unified pool; the
+    cluster, or the names of its unified-memory workers)."""
+    unified = cluster.unified_names if isinstance(cluster, Cluster) else cluster
     taken: list[tuple[ResourceKey, int]] = [((d.worker, d.gpu_index), d.total_bytes) for d in claims.devices]
     for worker_claim in claims.workers:
-        unified = cluster.worker(worker_claim.worker).unified_memory
-        taken.append((worker_claim.worker, worker_claim.pool_bytes if unified else worker_claim.ram_bytes))
+        pooled = worker_claim.worker in unified
+        taken.append((worker_claim.worker, worker_claim.pool_bytes if pooled else worker_claim.ram_bytes))
     return taken
+
+
+CHECK_EVERY = 512
+"""Terms added to the master between two looks at the deadline."""
+
+
+class _Checks:
+    """``DeadlinePassed`` once the deadline passes, looked at every ``CHECK_EVERY`` terms added."""
+
+    def __init__(self, deadline: Deadline | None) -> None:
+        self.deadline, self.since = deadline, 0
+
+    def after(self, terms: int) -> None:
+        self.since += terms
+        if self.deadline is not None and self.since >= CHECK_EVERY:
+            self.since = 0
+            self.deadline.check()
 
 
 def capacity_bytes(cluster: Cluster) -> dict[ResourceKey, int]:
@@ -70,7 +90,21 @@ def capacity_bytes(cluster: Cluster) -> dict[ResourceKey, int]:
 
 
 class Master:
-    """The master CP-SAT model: replicas per candidate, capacities, tier expressions."""
+    """The master CP-SAT model: replicas per candidate, capacities, tier expressions.
+
+    The data (what each candidate takes, capacities, weights, current and pinned layouts) is
+    always there; the model is built after it, and not at all once ``deadline`` passes (``built``
+    says whether it was: 8,192 replicas' candidates make a model of seconds to build in Python),
+    for the greedy start needs only the data."""
+
+    x: list[list[cp_model.IntVar]]
+    placed: cp_model.LinearExprT
+    layers: cp_model.LinearExprT
+    kept: cp_model.LinearExprT
+    moved: cp_model.LinearExprT
+    footprint: cp_model.LinearExprT
+    used_gpus: list[cp_model.IntVar]
+    used_workers: list[cp_model.IntVar]
 
     def __init__(
         self,
@@ -80,6 +114,7 @@ class Master:
         current: dict[str, Counter[Layout]],
         pins: dict[str, Counter[Layout]],
         seed: dict[str, Counter[Layout]] | None = None,
+        deadline: Deadline | None = None,
     ) -> None:
         self.model = cp_model.CpModel()
         self.seed = seed or {}
@@ -89,31 +124,50 @@ class Master:
         self.pins = pins
         self.weights = priority_weights(deployments)
         self.capacity = capacity_bytes(cluster)
+        unified = cluster.unified_names
         self.loads: list[list[Takes]] = [
-            [claim_bytes(cluster, claims) for _, claims in options] for options in candidates
+            [claim_bytes(unified, claims) for _, claims in options] for options in candidates
         ]
         """Per deployment, per candidate: (GPU or worker key, bytes) it takes."""
+        self.gpu_layers = [[layout.gpu_layers for layout, _ in options] for options in candidates]
+        """Per deployment, per candidate: its layers on GPUs."""
         self.moves_total = sum(sum(current.get(d.name, Counter()).values()) for d in deployments)
-        self.x: list[list[cp_model.IntVar]] = []
+        self.n_workers = len(cluster.workers)
+        self.gpu_weight = gpu_weight(cluster)
+        self.built = False
+        try:
+            self._build(cluster, deadline)
+            self.built = True
+        except DeadlinePassed:
+            self.model = cp_model.CpModel()  # nothing half built is solved
+
+    def _build(self, cluster: Cluster, deadline: Deadline | None) -> None:
+        """The model; ``DeadlinePassed`` once ``deadline`` passes while it is built."""
+        if deadline is not None:
+            deadline.check()
+        check = _Checks(deadline)
+        self.x = []
         kept_terms: list[cp_model.IntVar] = []
-        for d, deployment in enumerate(deployments):
+        for d, deployment in enumerate(self.deployments):
+            check.after(len(self.candidates[d]))
             self.x.append(self._replica_row(d, deployment))
             kept_terms += self._kept_and_pinned(d, deployment)
-        self._capacity_rows(cluster)
-        self.used_gpus = self._usage(self._users(lambda key: isinstance(key, tuple)), "gpu")
-        self.used_workers = self._usage(self._users(lambda key: isinstance(key, str)), "worker")
-        self.placed = sum(self.weights[d.name] * var for d, row in zip(deployments, self.x, strict=True) for var in row)
+        self._capacity_rows(cluster, check)
+        self.used_gpus = self._usage(self._users(lambda key: isinstance(key, tuple)), "gpu", check)
+        self.used_workers = self._usage(self._users(lambda key: isinstance(key, str)), "worker", check)
+        self.placed = sum(
+            self.weights[d.name] * var for d, row in zip(self.deployments, self.x, strict=True) for var in row
+        )
         self.layers = sum(
-            layout.gpu_layers * var
-            for options, row in zip(candidates, self.x, strict=True)
-            for (layout, _), var in zip(options, row, strict=True)
+            layers * var
+            for row_layers, row in zip(self.gpu_layers, self.x, strict=True)
+            for layers, var in zip(row_layers, row, strict=True)
         )
         self.kept = sum(kept_terms)
         self.moved = self.moves_total - self.kept
         """Replicas with a current placement, that the deployment still has, and that do not stay in
         it (first starts are not moves; replicas beyond the replica count stop, which is no move)."""
-        self.n_workers = len(cluster.workers)
-        self.footprint = sum(self.used_gpus) * gpu_weight(cluster) + sum(self.used_workers)
+        self.footprint = sum(self.used_gpus) * self.gpu_weight + sum(self.used_workers)
         """GPUs used, then workers used, as one number: ``GPUs x (workers + 1) + workers``."""
 
     def _replica_row(self, d: int, deployment: Deployment) -> list[cp_model.IntVar]:
@@ -136,7 +190,7 @@ class Master:
                 self.model.add(var >= pinned_here[layout])
         return kept
 
-    def _capacity_rows(self, cluster: Cluster) -> None:
+    def _capacity_rows(self, cluster: Cluster, check: _Checks) -> None:
         load: dict[ResourceKey, list[tuple[int, cp_model.IntVar, int]]] = defaultdict(list)
         for deployment, row, row_loads in zip(self.deployments, self.x, self.loads, strict=True):
             for var, takes in zip(row, row_loads, strict=True):
@@ -146,6 +200,7 @@ class Master:
             keys: list[ResourceKey] = [(worker.name, gpu.index) for gpu in worker.gpus]
             for i, key in enumerate([*keys, worker.name]):
                 if load.get(key):
+                    check.after(len(load[key]))
                     add_at_most(self.model, load[key], self.capacity[key], f"{worker.name}_{i}")
 
     def _users(self, selects: Any) -> dict[ResourceKey, list[tuple[int, cp_model.IntVar]]]:
@@ -158,9 +213,12 @@ class Master:
                         users[key].append((deployment.replicas, var))
         return users
 
-    def _usage(self, users: Mapping[Any, list[tuple[int, cp_model.IntVar]]], name: str) -> list[cp_model.IntVar]:
+    def _usage(
+        self, users: Mapping[Any, list[tuple[int, cp_model.IntVar]]], name: str, check: _Checks
+    ) -> list[cp_model.IntVar]:
         flags = []
         for i, terms in enumerate(users.values()):
+            check.after(len(terms))
             flag = self.model.new_bool_var(f"used_{name}_{i}")
             for replicas, var in terms:
                 self.model.add(var <= replicas * flag)
@@ -179,7 +237,7 @@ class Master:
             if not options:
                 continue
             placed += self.weights[deployment.name] * deployment.replicas
-            layers += deployment.replicas * max(layout.gpu_layers for layout, _ in options)
+            layers += deployment.replicas * max(self.gpu_layers[d])
             now = self.current.get(deployment.name, Counter())
             kept += sum(min(now[layout], deployment.replicas) for layout, _ in options if layout in now)
         return placed, layers, self.moves_total - kept
@@ -189,16 +247,18 @@ class Master:
         weight placed, layers on GPUs, replicas moved."""
         placed = layers = kept = 0
         for d, deployment in enumerate(self.deployments):
-            now = self.current.get(deployment.name, Counter())
-            for (layout, _), n in zip(self.candidates[d], counts[d], strict=True):
-                placed += self.weights[deployment.name] * n
-                layers += layout.gpu_layers * n
-                kept += min(n, now.get(layout, 0))
+            row = counts[d]
+            placed += self.weights[deployment.name] * sum(row)
+            layers += sum(n * on_gpus for n, on_gpus in zip(row, self.gpu_layers[d], strict=True) if n)
+            now = self.current.get(deployment.name)
+            if now:
+                kept += sum(min(n, now.get(layout, 0)) for (layout, _), n in zip(self.candidates[d], row, strict=True))
         return placed, layers, self.moves_total - kept
 
     def satisfies_pins(self, counts: Sequence[Sequence[int]]) -> bool:
         return all(
-            n >= self.pins.get(deployment.name, Counter()).get(layout, 0)
+            n >= pins.get(layout, 0)
             for d, deployment in enumerate(self.deployments)
+            if (pins := self.pins.get(deployment.name))
             for (layout, _), n in zip(self.candidates[d], counts[d], strict=True)
         )

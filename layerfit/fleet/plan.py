@@ -6,8 +6,10 @@ over all layouts), ``commands`` (every replica's command lines)."""
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from layerfit.deadline import Deadline
 from layerfit.domain.config import PlannerConfig
@@ -26,6 +28,8 @@ from layerfit.fleet.screen import screen, with_stops_first
 
 __all__ = ["DECODE_SHARE", "candidate_bounds", "choose", "current_counts", "plan_fleet"]
 
+GC_THRESHOLDS = (50_000, 50, 1_000)
+"""The garbage collector's thresholds while a fleet is planned (``fewer_collections``)."""
 CANDIDATE_SHARE = 0.3
 """Share of the time limit candidate generation may take (past it, only cheap layouts are added)."""
 SEED_SHARE = 0.5
@@ -34,6 +38,10 @@ cut short past it; at 1,024 GPUs / 530 replicas it needs 13.6 of the 16 nominal 
 with a 60 s limit)."""
 COMMANDS_SHARE = 0.03
 """Share of the time limit kept for writing every replica's command lines at the end."""
+FINAL_PER_REPLICA_S = 0.3e-3
+"""Seconds kept per replica for what follows the master (decoding, moves, commands)."""
+FINAL_SHARE = 0.5
+"""The most of the time limit kept for it."""
 LATER_SHARE = 0.25
 """With column generation: share of the time left after pricing the first two tiers that the
 master over all columns leaves for the moves and GPUs tiers' bounds."""
@@ -53,6 +61,8 @@ def plan_fleet(
     fleet: Fleet,
     config: FleetConfig = FleetConfig(),
     planner_config: PlannerConfig = PlannerConfig(time_limit_s=2.0),
+    *,
+    deadline: Deadline | None = None,
 ) -> FleetPlan:
     """Place every replica that fits, jointly; then order the moves from the current placement.
 
@@ -66,23 +76,50 @@ def plan_fleet(
     memory counted, or are stopped first.
     A context range is resolved to one context per deployment (``contexts``). Each GGUF file is
     read once (``files.reading_once``).
+
+    ``deadline``: where ``time_limit_s`` ends when its clock started before the call (``replan``
+    starts it before it reads the fleet file); by default the limit from now. It moves the
+    wall-clock safety stops only: the work budget is the limit's, so the plan stays the same.
     """
     from layerfit.files import reading_once
 
-    with reading_once():
-        return _plan_fleet(fleet, config, planner_config)
+    with reading_once(), fewer_collections():
+        return _plan_fleet(fleet, config, planner_config, deadline)
 
 
-def _plan_fleet(fleet: Fleet, config: FleetConfig, planner_config: PlannerConfig) -> FleetPlan:
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Python's garbage collector run less often while a fleet is planned: a 30,000-GPU fleet
+    holds millions of objects, each full collection walks them all, and with the default
+    thresholds collections took 1.1-1.3 s of the 7 s a plan of 8,192 replicas took there. The
+    thresholds are put back afterwards (raised only: a caller's own higher ones stay)."""
+    before = gc.get_threshold()
+    gc.set_threshold(*(max(mine, theirs) for mine, theirs in zip(GC_THRESHOLDS, before, strict=False)))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+def _plan_fleet(
+    fleet: Fleet, config: FleetConfig, planner_config: PlannerConfig, deadline: Deadline | None
+) -> FleetPlan:
     if any(d.has_ctx_range for d in fleet.deployments):
         from layerfit.fleet.contexts import plan_with_contexts
 
         half = config.model_copy(update={"time_limit_s": config.time_limit_s / 2})  # up to two fleet plans
-        return plan_with_contexts(fleet, planner_config, lambda fixed: plan_fleet(fixed, half, planner_config))
+
+        def plan_half(fixed: Fleet) -> FleetPlan:
+            capped = None if deadline is None else Deadline.after(half.time_limit_s).earlier(deadline)
+            return plan_fleet(fixed, half, planner_config, deadline=capped)
+
+        return plan_with_contexts(fleet, planner_config, plan_half)
     original = fleet
     started = time.perf_counter()
-    deadline = Deadline.after(config.time_limit_s)
-    budget = Budget.of(config.time_limit_s, deadline)
+    # every stage ends by ``end``; the time after it is kept for decoding, the moves and the commands
+    limit_ends = deadline or Deadline.after(config.time_limit_s)
+    end = Deadline(limit_ends.at - final_reserve(config.time_limit_s, fleet))
+    budget = Budget.of(config.time_limit_s, end)
     screened = screen(fleet)
     fleet, profiles = screened.fleet, screened.profiles
     candidates, cut = fleet_candidates(fleet, profiles, config, planner_config, budget.part(CANDIDATE_SHARE))
@@ -91,8 +128,7 @@ def _plan_fleet(fleet: Fleet, config: FleetConfig, planner_config: PlannerConfig
         fleet, profiles, candidates, config, planner_config, budget.part(SEED_SHARE)
     )
     generation_s = time.perf_counter() - started
-    # the command lines are written after the master, within the same limit
-    master = budget.part(1.0, Deadline(deadline.at - config.time_limit_s * COMMANDS_SHARE))
+    master = budget.part(1.0)
     if config.column_generation:
         result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed, master)
     else:
@@ -126,6 +162,15 @@ def _plan_fleet(fleet: Fleet, config: FleetConfig, planner_config: PlannerConfig
     planned = with_commands(original, with_stops_first(result, screened.stop_first, original.cluster), planner_config)
     timed = planned.stats[0].model_copy(update={"wall_time_s": time.perf_counter() - started})
     return planned.model_copy(update={"stats": (timed, *planned.stats[1:])})
+
+
+def final_reserve(time_limit_s: float, fleet: Fleet) -> float:
+    """Seconds of the limit kept after every stage for what must follow the master: replica
+    numbers, the final check, the moves and every replica's command lines (``COMMANDS_SHARE`` of
+    the limit, or ``FINAL_PER_REPLICA_S`` per replica where more; at most ``FINAL_SHARE`` of it)."""
+    replicas = sum(deployment.replicas for deployment in fleet.deployments)
+    needed = max(time_limit_s * COMMANDS_SHARE, FINAL_PER_REPLICA_S * replicas)
+    return min(time_limit_s * FINAL_SHARE, needed)
 
 
 def _with_column_generation(

@@ -258,11 +258,14 @@ maybe in other processes, so each takes what is left of the round's time, not th
 the cluster is shared by every task (``executors.run_shared``)."""
 TOO_LATE_S = 0.02
 """A task with less than this left (beyond its model's build) is not searched: the relaxation answers it."""
-BUILD_PER_GPU_S = 0.3e-3
+BUILD_PER_GPU_S = 0.45e-3
 """Nominal cost of building a pricing problem's model, per GPU of the cluster (each GPU a class of
-its own under its price): 5.3-6.0 s on 23,600 GPUs for a deployment on one worker."""
-DISTRIBUTED_BUILD = 2.5
-"""A distributed deployment's model costs this many times more to build (13.7 s on those GPUs)."""
+its own under its price): 5.3-6.0 s on 23,600 GPUs and 11.2-12.4 s on 30,000 for a deployment on
+one worker."""
+DISTRIBUTED_BUILD = 1.8
+"""A distributed deployment's model costs this many times more to build (13.7 s and 21.6 s there)."""
+BUILD_GUARD = 2.0
+"""A problem is not searched with less than this many times its build's nominal cost left on the clock."""
 
 
 def build_cost(cluster: Cluster, deployment: Deployment) -> float:
@@ -283,6 +286,6 @@ def pricing_task(cluster: Cluster, task: PricingTask) -> Priced:
     the wall clock leaves too little for its model's build and search."""
     deployment, profile, config, prices, limit, until = task
     left = until - time.time()
-    if left < TOO_LATE_S + build_cost(cluster, deployment):
+    if left < TOO_LATE_S + BUILD_GUARD * build_cost(cluster, deployment):
         return relaxed_answer(cluster, deployment, profile, prices)
     return price(cluster, deployment, profile, config, prices, limit, left)

@@ -48,17 +48,21 @@ only once the search by groups has converged (at a thousand GPUs it improves not
 minute, proves no bound, and overruns its limit under load)."""
 
 
+MODEL_STAGE = "the master's model (not built in time: the greedy start is the plan)"
+
+
 def _stage(position: int, n_tiers: int) -> str:
     return f"fleet tier {position + 1}/{n_tiers} ({TIER_NAMES[position]})"
 
 
 def tiers_of(master: Master) -> list[Tier]:
     placed, layers, moved = master.simple_bounds()
+    built = master.built  # without the model, no expression (the tiers are only counted)
     return [
-        Tier(TIER_NAMES[0], master.placed, True, placed),
-        Tier(TIER_NAMES[1], master.layers, True, layers),
-        Tier(TIER_NAMES[2], master.moved, False, moved),
-        Tier(TIER_NAMES[3], master.footprint, False, None),
+        Tier(TIER_NAMES[0], master.placed if built else 0, True, placed),
+        Tier(TIER_NAMES[1], master.layers if built else 0, True, layers),
+        Tier(TIER_NAMES[2], master.moved if built else 0, False, moved),
+        Tier(TIER_NAMES[3], master.footprint if built else 0, False, None),
     ]
 
 
@@ -102,7 +106,8 @@ class _Stages:
         self.gap_tier: str | None = None
         first = greedy(master)
         self.counts: Counts | None = first if master.satisfies_pins(first) else None
-        self._hint(first)
+        if master.built:
+            self._hint(first)
 
     def _hint(self, counts: Counts) -> None:
         self.master.model.clear_hints()  # type: ignore[no-untyped-call]
@@ -114,6 +119,8 @@ class _Stages:
         self.values.append(value if tier.maximize else -value)
         self.bounds.append(float(value))
         self.proven.append(True)
+        if not self.master.built:
+            return
         if tier.maximize:
             self.master.model.add(tier.expression >= value)
         else:
@@ -169,6 +176,9 @@ class _Stages:
         safety stop), never ending worse on it than the incumbent; whether there was budget to."""
         stage = _stage(position, n_tiers)
         left = self.budget.left()
+        if not self.master.built:  # its deadline passed while it was built: the greedy start is the plan
+            self.budget.safety_stop(MODEL_STAGE)
+            return False
         if left <= 0.05 or self.budget.expired(stage):
             return False
         share = left / (n_tiers - position) if position < n_tiers - 1 else left
@@ -236,7 +246,7 @@ def solve_tiers(master: Master, config: FleetConfig, budget: Budget | None = Non
                 stages.keep(later, tiers[later])
             break
     if stages.counts is None:
-        return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.x], (), stages.gap_tier)
+        return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.candidates], (), stages.gap_tier)
     return TierOutcome(
         stages.status,
         stages.counts,
