@@ -45,15 +45,27 @@ def replica_counts(rng: random.Random, replicas: int, deployments: int) -> list[
     return counts
 
 
-def fleet_text(workers: int, gpus: int, replicas: int, deployments: int, running: float = 0.5, seed: int = 1) -> str:
+DEFAULT_WEIGHTS = (4, 4, 3, 3, 2, 1, 1)
+"""How often each model of ``fleet_bench.CATALOG`` (2.5 to 130 GiB) is drawn."""
+
+
+def fleet_text(
+    workers: int,
+    gpus: int,
+    replicas: int,
+    deployments: int,
+    running: float = 0.5,
+    seed: int = 1,
+    weights: tuple[float, ...] = DEFAULT_WEIGHTS,
+) -> str:
     """The fleet file's text (see the module's docstring)."""
     rng = random.Random(seed)
     out = io.StringIO()
     out.write("cluster:\n  workers:\n")
     sizes: list[int] = []
     for w in range(workers):
-        size = rng.choice([24, 48, 80])
-        sizes.append(size)
+        gpu_gib = rng.choice([24, 48, 80])
+        sizes.append(gpu_gib)
         ram = rng.choice([128, 256, 512])
         out.write(
             f"    - id: {w}\n      name: w{w:05d}\n      address: 10.{w // 65536 % 256}.{w // 256 % 256}.{w % 256}\n"
@@ -62,16 +74,16 @@ def fleet_text(workers: int, gpus: int, replicas: int, deployments: int, running
         out.write(f"      unified_memory: {'true' if rng.random() < 0.05 else 'false'}\n" if gpus else "")
         out.write("      gpus:\n" if gpus else "      gpus: []\n")
         for i in range(gpus):
-            free_mib = int(size * 1024 * rng.uniform(0.55, 1.0))
+            free_mib = int(gpu_gib * 1024 * rng.uniform(0.55, 1.0))
             out.write(
-                f"        - {{index: {i}, type: cuda, total_vram_bytes: {size} GiB, "
+                f"        - {{index: {i}, type: cuda, total_vram_bytes: {gpu_gib} GiB, "
                 f"allocatable_vram_bytes: {free_mib} MiB}}\n"
             )
     out.write("\ndeployments:\n")
     counts = replica_counts(rng, replicas, deployments)
     models = []
     for d, count in enumerate(counts):
-        size, blocks = rng.choices(CATALOG, weights=[4, 4, 3, 3, 2, 1, 1])[0]
+        size, blocks = rng.choices(CATALOG, weights=weights)[0]
         models.append((size, blocks))
         out.write(
             f"  - name: d{d:04d}\n    replicas: {count}\n    priority: {rng.choice([0, 0, 1, 2, 3])}\n"
@@ -110,9 +122,13 @@ def main() -> int:
     parser.add_argument("--deployments", type=int, default=0, help="default: replicas / 4, at least 1")
     parser.add_argument("--running", type=float, default=0.5, help="share of replicas running now")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--weights", default=",".join(map(str, DEFAULT_WEIGHTS)), help="how often each catalogue model is drawn"
+    )
     args = parser.parse_args()
     deployments = args.deployments or max(1, args.replicas // 4)
-    text = fleet_text(args.workers, args.gpus, args.replicas, deployments, args.running, args.seed)
+    weights = tuple(float(w) for w in args.weights.split(","))
+    text = fleet_text(args.workers, args.gpus, args.replicas, deployments, args.running, args.seed, weights)
     args.out.write_text(text, encoding="utf-8")
     print(f"{args.out}: {len(text) / 1e6:.1f} MB")
     return 0
