@@ -23,6 +23,7 @@ from layerfit.estimators.arch_fixtures_recurrent import RECURRENT_MODELS, RECURR
 from layerfit.estimators.arch_fixtures_variants import variant_models
 from layerfit.estimators.arch_spec import MAMBA2, NORM_EPS, arch_spec
 from layerfit.estimators.synthetic import F32, DataMode, ModelSpec, Q, TensorSpec, tensor_table, write_gguf
+from layerfit.estimators.synthetic_spec import loader_table
 
 TOKENIZER = "test"
 """llama.cpp's hashing tokenizer: any prompt tokenizes, no merges or special tokens needed."""
@@ -239,12 +240,13 @@ _EDITS: dict[str, Callable[[ModelSpec, Table], Table]] = {
 
 
 def arch_tensor_table(spec: ModelSpec) -> Table:
-    """The tensors llama.cpp's loader expects for the spec's architecture, in file order."""
+    """The tensors llama.cpp's loader expects for the spec's architecture, in file order (none it never
+    creates: a dense gpt-oss spec gets no dense feed-forward)."""
     if spec.architecture in RECURRENT_TABLES:
-        return RECURRENT_TABLES[spec.architecture](spec)
+        return loader_table(spec, RECURRENT_TABLES[spec.architecture](spec))
     tensors = tensor_table(spec)
     edit = _EDITS.get(spec.architecture)
-    return edit(spec, tensors) if edit is not None else tensors
+    return loader_table(spec, edit(spec, tensors) if edit is not None else tensors)
 
 
 def write_arch_model(directory: str | os.PathLike[str], name: str, *, data: DataMode = "header") -> Path:

@@ -18,7 +18,7 @@ from gguf import GGUFWriter, Keys
 
 from layerfit.estimators import arch_keys
 from layerfit.estimators.synthetic_catalogue import GROUND_TRUTH_MODELS, REAL_MODELS
-from layerfit.estimators.synthetic_spec import F32, ModelSpec, Q, TensorSpec, tensor_table
+from layerfit.estimators.synthetic_spec import F32, ModelSpec, Q, TensorSpec, loader_table, tensor_table
 
 __all__ = [
     "F32",
@@ -167,7 +167,8 @@ def write_gguf(
 
     ``tokenizer`` adds a vocabulary of ``vocab_size`` token strings with scores and types, as
     real files carry, and ``merges`` BPE merge strings. With ``split_max_tensors`` the model is split into shards named
-    ``NAME-0000i-of-0000N.gguf``. ``tensors`` replaces the spec's tensor table and
+    ``NAME-0000i-of-0000N.gguf``. ``tensors`` replaces the spec's tensor table (``tensor_table`` as
+    the architecture's loader names it, ``loader_table``) and
     ``tokenizer_model`` names the vocabulary type (``test``: llama.cpp's hashing test tokenizer,
     which needs no merges). Returns the written paths.
     """
@@ -178,7 +179,7 @@ def write_gguf(
         _add(writer, key, value)
     if tokenizer:
         _add_tokenizer(writer, spec.vocab_size, merges, tokenizer_model)
-    for tensor in tensor_table(spec) if tensors is None else tensors:
+    for tensor in loader_table(spec, tensor_table(spec)) if tensors is None else tensors:
         element_shape = tuple(reversed(tensor.shape))
         writer.add_tensor_info(
             tensor.name, element_shape, np.dtype(np.float32), tensor.n_bytes, raw_dtype=tensor.ggml_type

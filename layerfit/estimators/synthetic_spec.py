@@ -13,6 +13,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from layerfit.domain.base import Frozen, NonNegInt, PosInt
+from layerfit.estimators.tensor_names import created_by
 
 Q = GGMLQuantizationType
 F32 = Q.F32
@@ -128,6 +129,28 @@ def tensor_table(spec: ModelSpec) -> list[TensorSpec]:
     for block in range(spec.block_count):
         tensors += _block(spec, block)
     return tensors
+
+
+LOADER_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "gpt-oss": ((".ffn_norm.", ".post_attention_norm."),),
+    **dict.fromkeys(
+        ("bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2"),
+        ((".attn_norm.", ".attn_output_norm."), (".ffn_norm.", ".layer_output_norm.")),
+    ),
+}
+"""Block norms the architecture's loader names otherwise than ``tensor_table`` (same shapes)."""
+
+
+def loader_table(spec: ModelSpec, tensors: list[TensorSpec]) -> list[TensorSpec]:
+    """``tensors`` as the architecture's llama.cpp loader names them: norms renamed
+    (``LOADER_RENAMES``), tensors it never creates left out (layerfit refuses them)."""
+    renamed = []
+    for tensor in tensors:
+        name = tensor.name
+        for old, new in LOADER_RENAMES.get(spec.architecture, ()):
+            name = name.replace(old, new)
+        renamed.append(TensorSpec(name, tensor.shape, tensor.ggml_type))
+    return [tensor for tensor in renamed if created_by(spec.architecture, tensor.name)]
 
 
 def _block(spec: ModelSpec, block: int) -> Iterator[TensorSpec]:

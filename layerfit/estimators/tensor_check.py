@@ -20,6 +20,7 @@ from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_constants import Keys
 from layerfit.estimators.gguf_reader import ArrayInfo, TensorInfo
 from layerfit.estimators.header_access import MetaReader, TensorGroups
+from layerfit.estimators.tensor_names import check_tensor_names
 from layerfit.estimators.tensor_set import check_tensor_set
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ def check_shape(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> N
     """Refuse, naming the key, the tensor and both values, a hyperparameter its tensors contradict."""
     check_hparams(shape, meta)
     if not shape.known_architecture:
+        check_tensor_names(shape, tensors)
         return
     check = _Checker(shape, meta)
     check.blocks(tensors)
@@ -149,6 +151,7 @@ def check_shape(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> N
         check.experts(block, block_tensors)
         check.recurrent(block, block_tensors)
     check_tensor_set(shape, meta, tensors)
+    check_tensor_names(shape, tensors)
 
 
 class _Checker:
