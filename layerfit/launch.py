@@ -12,6 +12,11 @@ The CUDA, HIP, MUSA and CANN backends abort at start-up when they see more than 
 b11434's source). On a worker with more GPUs than that, every process is given only the GPUs it uses
 through the backend's visibility variable (``CUDA_VISIBLE_DEVICES=16,17``), and ``--device`` names
 them by their place in that list (``CUDA0,CUDA1``).
+
+A GPU's index is the one its worker reports (GPUStack takes it from NVML: PCI bus order). CUDA
+numbers devices fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so on a worker whose CUDA
+GPUs differ (name or size) ``CUDA1`` may be another GPU than index 1; a process there that uses a
+CUDA GPU, and every process shown CUDA GPUs by ``CUDA_VISIBLE_DEVICES``, gets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ _VISIBILITY = {
     "npu": "ASCEND_RT_VISIBLE_DEVICES",
 }
 """The variable that limits what each capped backend sees, by GPU type."""
+CUDA_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+"""What makes CUDA number a worker's GPUs as NVML (and so GPUStack) does."""
 
 
 def device_name(gpu_type: str, index: int) -> str:
@@ -70,13 +77,24 @@ def visibility(worker: Worker, gpu_indexes: Sequence[int]) -> dict[str, str]:
     """The environment that keeps a process on ``worker`` that uses ``gpu_indexes`` under its
     backends' device cap: for each capped backend of which the worker has a GPU at index 16 or
     above, the GPUs of that backend the process uses (none: an empty list, so that the backend's
-    start-up sees no device). Empty on every other worker."""
+    start-up sees no device). With a CUDA list that is not empty, or where the process uses a CUDA
+    GPU of a worker whose CUDA GPUs differ, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (see the module's
+    docstring). Empty otherwise."""
     env: dict[str, str] = {}
     for gpu_type in sorted({gpu.type for gpu in worker.gpus} & _VISIBILITY.keys()):
         if max(gpu.index for gpu in worker.gpus if gpu.type == gpu_type) >= BACKEND_MAX_DEVICES:
             shown = [index for index in gpu_indexes if worker.gpu(index).type == gpu_type]
             env[_VISIBILITY[gpu_type]] = ",".join(str(index) for index in shown)
+    uses_cuda = any(worker.gpu(index).type == "cuda" for index in gpu_indexes)
+    if env.get("CUDA_VISIBLE_DEVICES") or (uses_cuda and mixed_cuda_gpus(worker)):
+        env.update(CUDA_ORDER)
     return env
+
+
+def mixed_cuda_gpus(worker: Worker) -> bool:
+    """Whether the worker's CUDA GPUs are not all of one kind (name and total VRAM), so that CUDA's
+    fastest-first numbering may differ from their indexes."""
+    return len({(gpu.name, gpu.total_vram_bytes) for gpu in worker.gpus if gpu.type == "cuda"}) > 1
 
 
 def local_device_names(worker: Worker, gpu_indexes: Sequence[int]) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from layerfit.domain import (
     PlannerConfig,
     Worker,
 )
-from layerfit.launch import commands
+from layerfit.launch import CUDA_ORDER, commands
 from layerfit.memory import layout_from_flags, make_layout
 
 CLUSTER = Cluster(
@@ -157,9 +157,7 @@ def _wide_worker(name: str, address: str, gpus: int, gpu_type: str = "cuda") -> 
         address=address,
         total_ram_bytes=1,
         allocatable_ram_bytes=1,
-        gpus=tuple(
-            Gpu(index=i, type=gpu_type, total_vram_bytes=1, allocatable_vram_bytes=1) for i in range(gpus)
-        ),
+        gpus=tuple(Gpu(index=i, type=gpu_type, total_vram_bytes=1, allocatable_vram_bytes=1) for i in range(gpus)),
     )
 
 
@@ -178,8 +176,9 @@ def test_a_worker_past_the_backends_16_devices_gives_each_process_only_its_gpus(
     )
     rpc, server = commands(cluster, layout, "m.gguf", LlamaParams())
     assert rpc.env == {"HIP_VISIBLE_DEVICES": "17"} and flag(rpc.argv, "--device") == "ROCm0"
-    assert server.env == {"CUDA_VISIBLE_DEVICES": "18,2"} and flag(server.argv, "--device") == "RPC0,CUDA0,CUDA1"
-    assert shlex.split(server.line)[:2] == ["CUDA_VISIBLE_DEVICES=18,2", "llama-server"]
+    assert server.env == {"CUDA_VISIBLE_DEVICES": "18,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert flag(server.argv, "--device") == "RPC0,CUDA0,CUDA1"
+    assert shlex.split(server.line)[:3] == ["CUDA_VISIBLE_DEVICES=18,2", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "llama-server"]
     # no local GPU: the backend is shown none, so that its start-up does not count all 20
     (cpu,) = commands(cluster, make_layout("big", 8, []), "m.gguf", LlamaParams())
     assert cpu.env == {"CUDA_VISIBLE_DEVICES": ""} and cpu.line.startswith("CUDA_VISIBLE_DEVICES='' llama-server")
@@ -194,3 +193,35 @@ def test_a_worker_within_the_backends_devices_keeps_its_indexes() -> None:
     layout = make_layout("v", 8, [DeviceAssignment(worker="v", gpu_index=19, blocks=8)])
     (server,) = commands(vulkan, layout, "m.gguf", LlamaParams())
     assert server.env == {} and flag(server.argv, "--device") == "Vulkan19"
+
+
+def _mixed_worker(name: str, sizes: tuple[int, ...], names: tuple[str, ...] = ()) -> Worker:
+    return Worker(
+        id=name,
+        name=name,
+        address="10.0.0.9",
+        total_ram_bytes=1,
+        allocatable_ram_bytes=1,
+        gpus=tuple(
+            Gpu(index=i, name=names[i] if names else "", total_vram_bytes=size, allocatable_vram_bytes=size)
+            for i, size in enumerate(sizes)
+        ),
+    )
+
+
+def test_cuda_numbers_a_mixed_workers_gpus_in_pci_order() -> None:
+    """CUDA numbers GPUs fastest first unless told PCI order; indexes are NVML's (PCI order), so a
+    process using a CUDA GPU of a worker whose GPUs differ is given CUDA_DEVICE_ORDER=PCI_BUS_ID."""
+    mixed = _mixed_worker("mixed", (24, 80))
+    layout = make_layout("mixed", 8, [DeviceAssignment(worker="mixed", gpu_index=1, blocks=8)])
+    (server,) = commands(Cluster(workers=(mixed,)), layout, "m.gguf", LlamaParams())
+    assert server.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} and flag(server.argv, "--device") == "CUDA1"
+    assert server.line.startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID llama-server")
+    named = _mixed_worker("named", (24, 24), ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090"))
+    remote = make_layout("mixed", 8, [DeviceAssignment(worker="named", gpu_index=0, blocks=8)])
+    rpc, main = commands(Cluster(workers=(mixed, named)), remote, "m.gguf", LlamaParams())
+    assert rpc.env == CUDA_ORDER and main.env == {}  # the main uses no local GPU: nothing to number
+    same = _mixed_worker("same", (24, 24), ("NVIDIA H100", "NVIDIA H100"))
+    layout = make_layout("same", 8, [DeviceAssignment(worker="same", gpu_index=1, blocks=8)])
+    (server,) = commands(Cluster(workers=(same,)), layout, "m.gguf", LlamaParams())
+    assert server.env == {}

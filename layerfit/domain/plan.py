@@ -130,7 +130,8 @@ class Command(Frozen):
     argv: tuple[str, ...]
     env: dict[str, str] = Field(default_factory=dict)
     """Environment the process needs (only the GPUs it may see, on a worker with more than its
-    backend takes: ``CUDA_VISIBLE_DEVICES``); empty for most."""
+    backend takes: ``CUDA_VISIBLE_DEVICES``; CUDA's numbering in PCI order on a worker of mixed
+    CUDA GPUs: ``CUDA_DEVICE_ORDER``); empty for most."""
 
     @property
     def line(self) -> str:
