@@ -98,6 +98,31 @@ PATTERNS = _names(
     ),
 )
 """Every ``LLM_TENSOR_NAMES`` pattern of b11434 (``%d``: a number), without suffix."""
+_LLAMA_TENSORS = _names(
+    top=(
+        "output.weight output_norm.weight rope_factors_long.weight rope_factors_short.weight rope_freqs.weight "
+        "token_embd.weight "
+    ),
+    block=(
+        "attn_k.bias attn_k.weight attn_norm.weight attn_output.bias attn_output.weight attn_q.bias "
+        "attn_q.weight attn_qkv.bias attn_qkv.weight attn_v.bias attn_v.weight ffn_down.bias ffn_down.weight "
+        "ffn_down_exps.weight ffn_down_shexp.weight ffn_gate.bias ffn_gate.weight ffn_gate_exps.weight "
+        "ffn_gate_inp.weight ffn_gate_shexp.weight ffn_norm.weight ffn_up.bias ffn_up.weight ffn_up_exps.weight "
+        "ffn_up_shexp.weight "
+    ),
+)
+"""What ``llama.cpp``, ``granite.cpp`` and ``mistral3.cpp`` name (the same set)."""
+
+_QWEN3MOE_TENSORS = _names(
+    top=("output.weight output_norm.weight token_embd.weight "),
+    block=(
+        "attn_k.bias attn_k.weight attn_k_norm.weight attn_norm.weight attn_output.weight attn_q.bias "
+        "attn_q.weight attn_q_norm.weight attn_qkv.bias attn_qkv.weight attn_v.bias attn_v.weight "
+        "ffn_down_exps.weight ffn_gate_exps.weight ffn_gate_inp.weight ffn_norm.weight ffn_up_exps.weight "
+    ),
+)
+"""What ``qwen3moe.cpp`` and ``olmoe.cpp`` name (the same set)."""
+
 ARCH_TENSORS: dict[str, frozenset[str]] = {
     # bert.cpp
     "bert": _names(
@@ -214,19 +239,7 @@ ARCH_TENSORS: dict[str, frozenset[str]] = {
         ),
     ),
     # granite.cpp
-    "granite": _names(
-        top=(
-            "output.weight output_norm.weight rope_factors_long.weight rope_factors_short.weight rope_freqs.weight "
-            "token_embd.weight "
-        ),
-        block=(
-            "attn_k.bias attn_k.weight attn_norm.weight attn_output.bias attn_output.weight attn_q.bias "
-            "attn_q.weight attn_qkv.bias attn_qkv.weight attn_v.bias attn_v.weight ffn_down.bias ffn_down.weight "
-            "ffn_down_exps.weight ffn_down_shexp.weight ffn_gate.bias ffn_gate.weight ffn_gate_exps.weight "
-            "ffn_gate_inp.weight ffn_gate_shexp.weight ffn_norm.weight ffn_up.bias ffn_up.weight ffn_up_exps.weight "
-            "ffn_up_shexp.weight "
-        ),
-    ),
+    "granite": _LLAMA_TENSORS,
     # granite-hybrid.cpp
     "granitehybrid": _names(
         top=("output.weight output_norm.weight rope_freqs.weight token_embd.weight "),
@@ -262,19 +275,7 @@ ARCH_TENSORS: dict[str, frozenset[str]] = {
         ),
     ),
     # llama.cpp
-    "llama": _names(
-        top=(
-            "output.weight output_norm.weight rope_factors_long.weight rope_factors_short.weight rope_freqs.weight "
-            "token_embd.weight "
-        ),
-        block=(
-            "attn_k.bias attn_k.weight attn_norm.weight attn_output.bias attn_output.weight attn_q.bias "
-            "attn_q.weight attn_qkv.bias attn_qkv.weight attn_v.bias attn_v.weight ffn_down.bias ffn_down.weight "
-            "ffn_down_exps.weight ffn_down_shexp.weight ffn_gate.bias ffn_gate.weight ffn_gate_exps.weight "
-            "ffn_gate_inp.weight ffn_gate_shexp.weight ffn_norm.weight ffn_up.bias ffn_up.weight ffn_up_exps.weight "
-            "ffn_up_shexp.weight "
-        ),
-    ),
+    "llama": _LLAMA_TENSORS,
     # llama4.cpp
     "llama4": _names(
         top=("output.weight output_norm.weight rope_freqs.weight token_embd.weight "),
@@ -302,19 +303,7 @@ ARCH_TENSORS: dict[str, frozenset[str]] = {
         ),
     ),
     # mistral3.cpp
-    "mistral3": _names(
-        top=(
-            "output.weight output_norm.weight rope_factors_long.weight rope_factors_short.weight rope_freqs.weight "
-            "token_embd.weight "
-        ),
-        block=(
-            "attn_k.bias attn_k.weight attn_norm.weight attn_output.bias attn_output.weight attn_q.bias "
-            "attn_q.weight attn_qkv.bias attn_qkv.weight attn_v.bias attn_v.weight ffn_down.bias ffn_down.weight "
-            "ffn_down_exps.weight ffn_down_shexp.weight ffn_gate.bias ffn_gate.weight ffn_gate_exps.weight "
-            "ffn_gate_inp.weight ffn_gate_shexp.weight ffn_norm.weight ffn_up.bias ffn_up.weight ffn_up_exps.weight "
-            "ffn_up_shexp.weight "
-        ),
-    ),
+    "mistral3": _LLAMA_TENSORS,
     # modern-bert.cpp
     "modern-bert": _names(
         top=(
@@ -365,14 +354,7 @@ ARCH_TENSORS: dict[str, frozenset[str]] = {
         ),
     ),
     # olmoe.cpp
-    "olmoe": _names(
-        top=("output.weight output_norm.weight token_embd.weight "),
-        block=(
-            "attn_k.bias attn_k.weight attn_k_norm.weight attn_norm.weight attn_output.weight attn_q.bias "
-            "attn_q.weight attn_q_norm.weight attn_qkv.bias attn_qkv.weight attn_v.bias attn_v.weight "
-            "ffn_down_exps.weight ffn_gate_exps.weight ffn_gate_inp.weight ffn_norm.weight ffn_up_exps.weight "
-        ),
-    ),
+    "olmoe": _QWEN3MOE_TENSORS,
     # phi3.cpp
     "phi3": _names(
         top=("output.weight output_norm.weight rope_factors_long.weight rope_factors_short.weight token_embd.weight "),
@@ -409,14 +391,7 @@ ARCH_TENSORS: dict[str, frozenset[str]] = {
         ),
     ),
     # qwen3moe.cpp
-    "qwen3moe": _names(
-        top=("output.weight output_norm.weight token_embd.weight "),
-        block=(
-            "attn_k.bias attn_k.weight attn_k_norm.weight attn_norm.weight attn_output.weight attn_q.bias "
-            "attn_q.weight attn_q_norm.weight attn_qkv.bias attn_qkv.weight attn_v.bias attn_v.weight "
-            "ffn_down_exps.weight ffn_gate_exps.weight ffn_gate_inp.weight ffn_norm.weight ffn_up_exps.weight "
-        ),
-    ),
+    "qwen3moe": _QWEN3MOE_TENSORS,
 }
 """Every name each modelled architecture's model file passes to ``tn()``, in any branch (the generic
 ``.scale``/``.input_scale`` of ``SCALED`` apart)."""
