@@ -11,8 +11,10 @@ from types import ModuleType
 import pytest
 from gguf import GGUFValueType as T
 
+from layerfit.cli import EXIT_BAD_INPUT, main
 from layerfit.errors import EstimationError
 from layerfit.estimators import read_gguf, read_header
+from layerfit.estimators.synthetic import NO_TOKENIZER, REAL_MODELS, write_gguf
 
 Change = dict[str, tuple[T, object, T | None] | None]
 
@@ -105,13 +107,35 @@ def test_what_llama_cpp_loads_is_accepted(files: ModuleType, tmp_path: Path, cas
     assert read_gguf(str(_write(files, tmp_path, model, change))).block_count > 0
 
 
-def test_a_file_without_any_tokenizer_key_is_left_alone(files: ModuleType, tmp_path: Path) -> None:
-    """llama.cpp refuses it ('key not found in model: tokenizer.ggml.model'), but layerfit's own
-    synthetic headers carry no tokenizer; only a tokenizer that is there is checked."""
-    tokenizer: Change = dict.fromkeys(
-        ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
-    )
-    assert read_gguf(str(_write(files, tmp_path, "llama-q4_0", tokenizer))).vocab_size == 64
+TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+
+
+def test_a_file_without_any_tokenizer_key_is_refused_naming_the_model_key(
+    files: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llama.cpp's vocabulary loader runs for every model and requires the key: the b11434 CPU build
+    exits 1 with 'error loading model vocabulary: key not found in model: tokenizer.ggml.model'."""
+    path = _write(files, tmp_path, "llama-q4_0", dict.fromkeys(TOKENIZER_KEYS))
+    with pytest.raises(EstimationError) as caught:
+        read_gguf(str(path))
+    assert caught.value.where == "tokenizer.ggml.model", str(caught.value)
+    assert "required key missing: llama.cpp loads a tokenizer for every model" in caught.value.problem
+    assert main(["estimate", str(path)]) == EXIT_BAD_INPUT == 2
+    assert "tokenizer.ggml.model: required key missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["none", "no_vocab"])
+def test_a_tokenizer_without_a_vocabulary_needs_no_token_list(files: ModuleType, tmp_path: Path, model: str) -> None:
+    """The b11434 CPU build loads such a file (vocab_size dummy tokens) and builds its context;
+    only tokenizing a prompt then asserts."""
+    change: Change = dict.fromkeys(TOKENIZER_KEYS) | {"tokenizer.ggml.model": (T.STRING, model, None)}
+    assert read_gguf(str(_write(files, tmp_path, "llama-q4_0", change))).vocab_size == 64
+
+
+def test_synthetic_headers_carry_a_tokenizer_without_a_vocabulary(tmp_path: Path) -> None:
+    (path,) = write_gguf(tmp_path / "tiny.gguf", REAL_MODELS["llama-3.1-8b"])
+    assert read_header(path).metadata["tokenizer.ggml.model"] == NO_TOKENIZER == "none"
+    assert read_gguf(str(path)).vocab_size == REAL_MODELS["llama-3.1-8b"].vocab_size
 
 
 def test_the_reader_keeps_each_key_s_gguf_type(files: ModuleType, tmp_path: Path) -> None:

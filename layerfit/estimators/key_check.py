@@ -5,8 +5,10 @@ another ("key llama.block_count has wrong type i32 but expected type u32"), whet
 is required; a per-layer key may be an array instead, of one integer per block. These are the keys
 its common hyperparameter loader (``llama_model_base::load_hparams``) reads for every architecture,
 and those its vocabulary loader reads for every tokenizer, as b11434 reads them (measured with
-``benchmarks/loader_diff.py``). A file without any tokenizer key is left alone: layerfit's own
-synthetic headers carry none, though llama.cpp refuses such a file.
+``benchmarks/loader_diff.py``). llama.cpp loads a tokenizer for every model, so a file without
+``tokenizer.ggml.model`` is refused ("key not found in model: tokenizer.ggml.model"); a model
+without a vocabulary says ``none`` (or ``no_vocab``) and needs no token list (llama.cpp then sizes
+the vocabulary by ``{arch}.vocab_size``, with dummy tokens).
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ VOCAB_KEYS: dict[str, GGUFValueType] = {
     },
 }
 """Read for every tokenizer with a vocabulary (not ``none``/``no_vocab``)."""
+MISSING_MODEL = "required key missing: llama.cpp loads a tokenizer for every model"
+"""What a file without ``tokenizer.ggml.model`` is refused with."""
 SCORES = "tokenizer.ggml.scores"
 TOKEN_TYPES = "tokenizer.ggml.token_type"
 
@@ -199,13 +203,13 @@ def check_required(path: str, arch: str, metadata: Mapping[str, MetaValue]) -> N
 def check_tokenizer(path: str, metadata: Mapping[str, MetaValue], types: Mapping[str, KeyType]) -> None:
     """Refuse, naming the key, a tokenizer llama.cpp cannot load: an unknown or mistyped model, a token
     list that is not strings, scores or token types of another type or shorter than the list, and
-    special-token ids or flags of another type. A file without a tokenizer is left alone."""
+    special-token ids or flags of another type. A file without ``tokenizer.ggml.model`` is refused:
+    b11434's vocabulary loader (``llama_vocab::impl::load``), which runs for every model, requires it
+    whether or not the file has a token list."""
     model_key, tokens_key = Keys.Tokenizer.MODEL, Keys.Tokenizer.LIST
-    if model_key not in metadata and tokens_key not in metadata:
-        return
     model = metadata.get(model_key)
     if model is None:
-        raise _refuse(path, model_key, "required key missing (the file has a token list)")
+        raise _refuse(path, model_key, MISSING_MODEL)
     _expect_type(path, model_key, metadata, types, _STR)
     if model not in TOKENIZER_MODELS:
         raise _refuse(path, model_key, f"unknown tokenizer {model!r}")

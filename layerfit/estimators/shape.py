@@ -175,7 +175,6 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         problem = "a multimodal projector, not a language model: pass it as --mmproj"
         raise EstimationError(header.path, Keys.General.ARCHITECTURE, problem)
     check_keys(header.path, arch, header.metadata, header.key_types)
-    check_tokenizer(header.path, header.metadata, header.key_types)
     meta = MetaReader(header.path, header.metadata, arch)
     warnings: list[str] = []
     if arch not in arch_rules.KNOWN_ARCHITECTURES:
@@ -190,6 +189,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     n_embd = meta.integer(Keys.LLM.EMBEDDING_LENGTH)
     check_required(header.path, arch, header.metadata)
     check_arch_keys(header.path, arch, header.metadata, header.key_types)
+    check_tokenizer(header.path, header.metadata, header.key_types)  # llama.cpp: the vocabulary after the hparams
     tensors = TensorGroups(header.tensors, n)
     if tensors.stray:
         warnings.append(f"{len(tensors.stray)} tensors name blocks beyond block_count {n}; kept on the host")

@@ -23,6 +23,7 @@ from layerfit.estimators.synthetic_spec import F32, ModelSpec, Q, TensorSpec, lo
 __all__ = [
     "F32",
     "GROUND_TRUTH_MODELS",
+    "NO_TOKENIZER",
     "REAL_MODELS",
     "DataMode",
     "ModelSpec",
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 DataMode = Literal["header", "sparse"]
+NO_TOKENIZER = "none"
+"""The tokenizer model of a file written without a vocabulary: llama.cpp loads it without a token
+list, with ``vocab_size`` dummy tokens: the model loads and its context is built (b11434 CPU build),
+though no prompt can be tokenized."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,10 +171,12 @@ def write_gguf(
     """Write the model's GGUF: header and tensor table, then (``sparse``) zero data to full size.
 
     ``tokenizer`` adds a vocabulary of ``vocab_size`` token strings with scores and types, as
-    real files carry, and ``merges`` BPE merge strings. With ``split_max_tensors`` the model is split into shards named
-    ``NAME-0000i-of-0000N.gguf``. ``tensors`` replaces the spec's tensor table (``tensor_table`` as
-    the architecture's loader names it, ``loader_table``) and
-    ``tokenizer_model`` names the vocabulary type (``test``: llama.cpp's hashing test tokenizer,
+    real files carry, and ``merges`` BPE merge strings; without it the file's tokenizer is ``none``
+    (``NO_TOKENIZER``: no token list, llama.cpp sizes the vocabulary by ``vocab_size``), the
+    smallest that llama.cpp loads (it loads a tokenizer for every model). With ``split_max_tensors``
+    the model is split into shards named ``NAME-0000i-of-0000N.gguf``. ``tensors`` replaces the
+    spec's tensor table (``tensor_table`` as the architecture's loader names it, ``loader_table``)
+    and ``tokenizer_model`` names the vocabulary type (``test``: llama.cpp's hashing test tokenizer,
     which needs no merges). Returns the written paths.
     """
     writer = GGUFWriter(os.fspath(path), spec.architecture, split_max_tensors=split_max_tensors)
@@ -179,6 +186,8 @@ def write_gguf(
         _add(writer, key, value)
     if tokenizer:
         _add_tokenizer(writer, spec.vocab_size, merges, tokenizer_model)
+    else:
+        writer.add_tokenizer_model(NO_TOKENIZER)
     for tensor in loader_table(spec, tensor_table(spec)) if tensors is None else tensors:
         element_shape = tuple(reversed(tensor.shape))
         writer.add_tensor_info(
