@@ -216,6 +216,9 @@ def test_a_run_of_a_billion_blocks_is_refused_without_allocating(
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--time-limit", "-1"], "--time-limit: must be"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--time-limit", "nan"], "--time-limit: must be"),
         (["replan", str(EXAMPLES / "fleet.yaml"), "--time-limit", "nan"], "--time-limit: must be"),
+        # the fleet's LP limit, in ms, was infinite: "input too large or malformed (OverflowError ...)"
+        (["replan", str(EXAMPLES / "fleet.yaml"), "--time-limit", "1e308"], "--time-limit: must be at most"),
+        (["plan", "--cluster", CLUSTER, "--model", "{model}", "--time-limit", "1e7"], "--time-limit: must be at most"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--plot", "/no/such/dir/p.png"], "--plot: folder"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--gpus", "ghost:cuda:0"], "--gpus: gpu_selection"),
         (["plan", "--cluster", CLUSTER, "--model", "{model}", "--gpus", ""], "malformed GPU id ''"),  # was ignored

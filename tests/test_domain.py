@@ -247,6 +247,8 @@ BAD_INPUT = [
         lambda: PlannerConfig(time_limit_s=float("inf")),
         "time_limit_s\n  Input should be a finite",
     ),
+    ("a time limit of 1e308 s", lambda: PlannerConfig(time_limit_s=1e308), "time_limit_s\n  Input should be less"),
+    ("a fleet's limit of 1e308 s", lambda: FleetConfig(time_limit_s=1e308), "time_limit_s\n  Input should be less"),
     ("a million processes", lambda: FleetConfig(processes=10**6), "processes\n  Input should be less than or equal"),
     (
         "huge ctx_max",

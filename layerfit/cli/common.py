@@ -93,11 +93,15 @@ def exit_code(status: Status) -> int:
 
 
 def seconds(text: str) -> float:
-    """An argparse type: a time limit in seconds, finite and above zero."""
+    """An argparse type: a time limit in seconds, above zero and at most ``MAX_TIME_LIMIT_S``."""
+    from layerfit.domain.limits import MAX_TIME_LIMIT_S  # no imports of its own: start-up stays fast
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text!r}")
+    if value > MAX_TIME_LIMIT_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIME_LIMIT_S:,.0f} seconds, got {text!r}")
     return value

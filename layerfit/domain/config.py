@@ -11,7 +11,7 @@ from layerfit.domain.builds import FIT, OUTPUT_FIRST, build_label, build_number,
 from layerfit.domain.choices import LlamaCppBuild as LlamaCppBuild
 from layerfit.domain.choices import OffloadOrder as OffloadOrder
 from layerfit.domain.choices import Policy as Policy
-from layerfit.domain.limits import MAX_DEVICES
+from layerfit.domain.limits import MAX_DEVICES, MAX_TIME_LIMIT_S
 
 _BUILD_KEYS = ("llama_cpp_build", "offload_order")
 
@@ -21,7 +21,7 @@ SEED = Field(default=0, ge=0, le=2**31 - 1)
 """A CP-SAT random seed: a 32-bit integer (a larger one raises TypeError in OR-Tools)."""
 MAX_RPC_SERVERS = MAX_DEVICES
 """More rpc-servers than one llama.cpp process runs devices can never be used by one deployment."""
-TIME_LIMIT = Field(default=10.0, gt=0, allow_inf_nan=False)
+TIME_LIMIT = Field(default=10.0, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
 
 
 class PlannerConfig(Frozen):

@@ -13,6 +13,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import MAX_SEARCH_WORKERS, SEED, Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.limits import MAX_TIME_LIMIT_S
 from layerfit.domain.plan import Command, DeviceUse, EngineStats, Reason, Status, WorkerUse
 from layerfit.errors import InputError
 
@@ -155,7 +156,7 @@ MAX_PROCESSES = 256
 class FleetConfig(Frozen):
     """Knobs of fleet planning."""
 
-    time_limit_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    time_limit_s: float = Field(default=60.0, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     executor: Executor = Executor.LOCAL
     processes: Annotated[int, Field(ge=0, le=MAX_PROCESSES), NOT_A_BOOLEAN] = 0
     """Worker processes for candidate generation; 0 = one per core."""

@@ -17,3 +17,8 @@ from __future__ import annotations
 
 MAX_DEVICES = 15
 """Most devices (RPC servers + local GPUs) one llama.cpp process runs with, and most ``-ts`` shares."""
+
+MAX_TIME_LIMIT_S = 1_000_000.0
+"""Longest time limit accepted (about 11.6 days): far beyond any useful solve, and small enough that
+every stage's share of it, in seconds or milliseconds, stays a finite number the solvers take
+(``--time-limit 1e308`` made the fleet's LP time limit infinite: an OverflowError)."""
