@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -109,6 +109,8 @@ def _load_events(text: str) -> Any:
                 raise _Unusual  # a mapping or sequence as a key
             keys[-1] = value
         else:
+            if keys[-1] in container:
+                raise DuplicateKeyError(keys[-1], event.start_mark.line + 1)
             container[keys[-1]] = value
             keys[-1] = _NO_KEY
         if opened is not None:
@@ -119,6 +121,43 @@ def _load_events(text: str) -> Any:
 
 _NO_KEY = object()
 """No mapping key read yet (and: no scalar in the cache)."""
+
+
+class DuplicateKeyError(ValueError):
+    """A mapping that gives one key twice: YAML and JSON readers keep the last value without a word,
+    so ``allocatable_vram_bytes`` written twice would silently drop the first."""
+
+    def __init__(self, key: Any, line: int | None = None) -> None:
+        shown = str(key) if len(str(key)) <= 40 else f"{str(key)[:40]}..."
+        where = f" (line {line})" if line is not None else ""
+        super().__init__(f"key {shown!r} given twice in one mapping{where}; keep one")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: a JSON object, refusing a key given twice."""
+    mapping: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise DuplicateKeyError(key)
+        mapping[key] = value
+    return mapping
+
+
+def _check_duplicate_keys(nodes: Iterable[yaml.Node]) -> None:
+    """Refuse a mapping node that gives one scalar key twice, as ``_load_events`` does (a merge key's
+    ``<<`` entries may be overridden: that is what merging is for)."""
+    for node in nodes:
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            construct = _SAFE.yaml_constructors.get(key_node.tag)
+            if not isinstance(key_node, yaml.ScalarNode) or construct is None or key_node.tag.endswith(":merge"):
+                continue  # a mapping or sequence as a key: yaml.load refuses it itself
+            key = construct(_SAFE, key_node)
+            if key in seen:
+                raise DuplicateKeyError(key, key_node.start_mark.line + 1)
+            seen.add(key)
 
 
 MAX_ALIASED_NODES = 100_000
@@ -133,7 +172,9 @@ class AliasExpansionError(yaml.YAMLError):
 def _check_aliases(root: yaml.Node) -> None:
     """Count the nodes ``root`` expands to, a shared (aliased) node once per reference, without
     expanding anything: each distinct node's size is computed once, in post-order."""
-    written = len(_distinct_nodes(root))
+    distinct = _distinct_nodes(root)
+    _check_duplicate_keys(distinct.values())
+    written = len(distinct)
     size: dict[int, int] = {}
     open_nodes: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -156,13 +197,13 @@ def _check_aliases(root: yaml.Node) -> None:
             stack.extend((child, False) for child in _children(node))
 
 
-def _distinct_nodes(root: yaml.Node) -> set[int]:
-    seen: set[int] = set()
+def _distinct_nodes(root: yaml.Node) -> dict[int, yaml.Node]:
+    seen: dict[int, yaml.Node] = {}
     stack = [root]
     while stack:
         node = stack.pop()
         if id(node) not in seen:
-            seen.add(id(node))
+            seen[id(node)] = node
             stack.extend(_children(node))
     return seen
 
@@ -215,7 +256,7 @@ def read_document(path: str | Path) -> Any:
     except UnicodeDecodeError as exc:
         raise InputError(str(path), f"not UTF-8 text: byte {exc.start} is 0x{raw[exc.start]:02x}") from None
     try:
-        document = json.loads(text) if kind == "JSON" else parse_yaml(text)
+        document = json.loads(text, object_pairs_hook=_unique_pairs) if kind == "JSON" else parse_yaml(text)
     except AliasExpansionError as exc:
         raise InputError(str(path), f"refused: {exc}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -39,7 +39,6 @@ SCALAR_TEXTS = ["1", "-7", "0x1f", "0o17", "1_000", "2.5", "1e3", ".inf", "yes",
         "",
         "x",
         *(f"a: {scalar}\nb: [{scalar}, {scalar}]\n" for scalar in SCALAR_TEXTS),
-        "a: 1\na: 2",  # the last one wins, as in yaml.load
         "- - - 1\n  - 2\n- {a: [3, {b: c}]}",
         "? a\n: b",
         "--- 1\n...\n",
@@ -135,3 +134,24 @@ def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
     path.write_text("workers: &w [*w]\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"cluster.yaml: refused: an alias refers to a node that contains it"):
         load_file(Cluster, path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        ("plain.yaml", "workers: []\nworkers: [1]\n", "line 2"),  # yaml.load keeps the last, silently
+        ("nested.yaml", "a:\n  b: 1\n  c: 2\n  b: 3\n", "line 4"),
+        ("equal.yaml", "1: a\n0x1: b\n", "line 2"),  # two spellings of one integer key
+        ("aliased.yaml", "x: &v 1\nworkers: []\ny: *v\nworkers: []\n", "line 4"),  # yaml.load's path
+        ("object.json", '{"workers": [], "workers": [1]}', ""),
+    ],
+)
+def test_a_key_given_twice_is_refused(tmp_path: Path, name: str, text: str, line: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InputError, match=f"given twice in one mapping.*{line}"):
+        io.read_document(path)
+
+
+def test_a_merge_key_may_be_overridden() -> None:
+    assert parse_yaml("base: &b {x: 1, y: 1}\nderived:\n  <<: *b\n  y: 2\n")["derived"] == {"x": 1, "y": 2}
