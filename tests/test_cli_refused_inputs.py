@@ -64,7 +64,62 @@ def test_a_host_name_serves_rpc(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 
 
 def test_a_worker_without_address_needs_a_name_llama_cpp_can_reach() -> None:
-    worker = {"id": 1, "name": "gpu a", "total_ram_bytes": 1, "allocatable_ram_bytes": 1, "gpus": []}
+    worker = {"id": 1, "name": "gpu,a", "total_ram_bytes": 1, "allocatable_ram_bytes": 1, "gpus": []}
     named = Cluster.model_validate({"workers": [worker]})
-    with pytest.raises(ValueError, match=r"worker\[gpu a\]\.name"):
+    with pytest.raises(ValueError, match=r"worker\[gpu,a\]\.name"):
         _ = named.workers[0].host
+
+
+def _cluster_with(tmp_path: Path, **fields: str) -> str:
+    document = yaml.safe_load((EXAMPLES / "cluster.yaml").read_text())
+    document["workers"][0].update(fields)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("a\n[gpu-b] rm -rf /", "holds the control character '\\n'"),  # printed a command line of its own
+        ("a\x1b[2Jb", "holds the control character '\\x1b'"),  # cleared the terminal
+        ("a\u202eb", "holds the control character"),  # reversed the text after it
+        ("a:cuda:0", "cannot start a GPU id"),  # its GPUs were 'a:cuda:0:cuda:0', which --gpus cannot name
+        ("gpu a", "cannot start a GPU id"),
+    ],
+)
+def test_a_worker_name_that_would_garble_the_output_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, problem: str
+) -> None:
+    code = main(["plan", "--cluster", _cluster_with(tmp_path, name=name), "--deployment", DEPLOYMENT, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and "workers.0.name" in err and problem in err, err
+
+
+def test_a_deployment_or_gpu_name_with_a_new_line_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(
+        (EXAMPLES / "deployment.yaml").read_text().replace("name: llama-70b", "name: 'x\n\n[gpu-a] y'")
+    )
+    code = main(["plan", "--cluster", CLUSTER, "--deployment", str(deployment), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and "deployment.yaml: name: 'x\\n" in err, err
+    document = yaml.safe_load((EXAMPLES / "cluster.yaml").read_text())
+    document["workers"][0]["gpus"][0]["name"] = "RTX\n4090"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(document))
+    code = main(["plan", "--cluster", str(cluster), "--deployment", DEPLOYMENT, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and "workers.0.gpus.0.name" in err, err
+
+
+def test_a_name_with_shell_characters_is_quoted_in_the_commands(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text((EXAMPLES / "deployment.yaml").read_text().replace("name: llama-70b", "name: $(id);x"))
+    code = main(["plan", "--cluster", CLUSTER, "--deployment", str(deployment), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == EXIT_PLACED and "llama-server -m '$(id);x.gguf'" in out, out

@@ -33,6 +33,26 @@ class _Before:
 NOT_A_BOOLEAN = _Before(_not_a_boolean)
 """For an ``Annotated[int, ...]`` count with bounds of its own."""
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+"""Control and format characters: new lines, escape sequences, NUL, zero-width and bidirectional marks."""
+
+
+def _printable(value: Any) -> Any:
+    """A name is printed in tables and beside command lines: a new line in it would start a line of
+    its own there (a worker ``a\\n[gpu-b] rm -rf /`` printed a command of its own), an escape
+    sequence would rewrite the terminal."""
+    if isinstance(value, str) and (found := _CONTROL.search(value)) is not None:
+        shown = value if len(value) <= 40 else f"{value[:40]}..."
+        raise ValueError(f"{shown!r} holds the control character {found.group()!r}; names are printable text")
+    return value
+
+
+PrintableName = Annotated[str, _Before(_printable)]
+"""A name shown in the output (a GPU's model name): no control or format characters."""
+
+Name = Annotated[str, _Before(_printable), Field(min_length=1)]
+"""A name that identifies something (a deployment): not empty, no control or format characters."""
+
 NonNegInt = Annotated[int, Field(ge=0), NOT_A_BOOLEAN]
 """A count or a size in bytes: never negative."""
 

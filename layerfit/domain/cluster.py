@@ -9,7 +9,7 @@ from typing import Annotated, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import NOT_A_BOOLEAN, Bytes, Frozen, NonNegInt
+from layerfit.domain.base import NOT_A_BOOLEAN, Bytes, Frozen, Name, NonNegInt, PrintableName
 from layerfit.errors import InputError
 
 GPU_TYPES = (
@@ -60,7 +60,7 @@ class Gpu(Frozen):
 
     index: Annotated[int, Field(ge=0, le=MAX_GPU_INDEX), NOT_A_BOOLEAN]
     type: str = "cuda"
-    name: str = ""
+    name: PrintableName = ""
     total_vram_bytes: Bytes
     allocatable_vram_bytes: Bytes
 
@@ -82,7 +82,8 @@ class Worker(Frozen):
     """A machine that can run llama-server or rpc-server processes."""
 
     id: int | str
-    name: str = Field(min_length=1)
+    name: Name
+    """What GPU ids start with (``name:cuda:0``): no ':' or white space, which would make them ambiguous."""
     address: str = ""
     """Host name or IP other workers use to reach this one's rpc-server (defaults to the name)."""
     rpc_host: str = ""
@@ -108,6 +109,14 @@ class Worker(Frozen):
                 raise InputError(f"worker[{self.name}].gpus", f"duplicate GPU index {gpu.index}")
             seen.add(gpu.index)
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _one_word(cls, value: str) -> str:
+        if ":" in value or any(char.isspace() for char in value):
+            shown = value if len(value) <= 40 else f"{value[:40]}..."
+            raise ValueError(f"{shown!r} cannot start a GPU id (worker:type:index): give a name without ':' or spaces")
+        return value
 
     @field_validator("rpc_host")
     @classmethod

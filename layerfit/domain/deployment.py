@@ -6,7 +6,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, NonNegInt
+from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, Name, NonNegInt
 from layerfit.domain.choices import ModelKind as ModelKind
 from layerfit.domain.cluster import GpuRef
 from layerfit.domain.flags import kind_contradiction
@@ -26,7 +26,7 @@ class Deployment(Frozen):
     Defaults follow GPUStack: CPU offloading allowed, distribution across workers not.
     """
 
-    name: str = Field(min_length=1)
+    name: Name
     gguf_path: str | None = None
     profile: MemoryProfile | None = None
     params: LlamaParams = LlamaParams()
