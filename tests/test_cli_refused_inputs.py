@@ -123,3 +123,18 @@ def test_a_name_with_shell_characters_is_quoted_in_the_commands(
     code = main(["plan", "--cluster", CLUSTER, "--deployment", str(deployment), "--quiet"])
     out = capsys.readouterr().out
     assert code == EXIT_PLACED and "llama-server -m '$(id);x.gguf'" in out, out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--cluster", str(EXAMPLES / "moe-cluster.yaml")],
+        ["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--policy", "spread", "--policy", "binpack"],
+        ["replan", str(EXAMPLES / "fleet.yaml"), "--time-limit", "5", "--time-limit", "50"],
+    ],
+)
+def test_an_option_given_twice_is_refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """argparse kept the last value without a word: the first --cluster was never read."""
+    code = main([*argv, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and f"argument {argv[-2]}: given more than once" in err, err

@@ -23,13 +23,30 @@ from layerfit.errors import InputError, LayerfitError
 __all__ = ["EXIT_BAD_INPUT", "EXIT_NO_FIT", "EXIT_PLACED", "build_parser", "main"]
 
 
+class _StoreOnce(argparse._StoreAction):
+    """argparse's ``store``, refusing an option given twice: argparse keeps the last value silently
+    (``--cluster a.yaml ... --cluster b.yaml`` planned on b.yaml)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        given: set[str] = namespace.__dict__.setdefault("_given_once", set())
+        if self.dest in given:
+            raise argparse.ArgumentError(self, "given more than once; give it once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``layerfit plan: error: ...``), exit code 2, and no usage dump;
-    ``HELP_FORMAT`` unless told otherwise (also for the subcommands' parsers)."""
+    ``HELP_FORMAT`` unless told otherwise (also for the subcommands' parsers); an option that takes
+    a value may be given once."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HELP_FORMAT)
         super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
