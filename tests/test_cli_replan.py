@@ -51,9 +51,7 @@ def test_starts_moves_and_stops_are_listed_apart(capsys: pytest.CaptureFixture[s
     ]
     steps = section(out, "steps")
     assert all(step.endswith(("(first start)", "(move)", "(stops for good)")) for step in steps)
-    assert [step for step in steps if step.endswith("(move)")] == [
-        next(step for step in steps if "qwen-30b#0" in step)
-    ]
+    assert [step for step in steps if step.endswith("(move)")] == [next(step for step in steps if "qwen-30b#0" in step)]
 
 
 def test_command_lines_per_replica_with_ports_that_do_not_clash(capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,3 +183,52 @@ def test_deployments_refused_for_bad_input_exit_2_and_the_rest_is_planned(
     assert main(["schema", "fleet"]) == EXIT_PLACED
     jsonschema.Draft202012Validator(json.loads(capsys.readouterr().out)).validate(data)
     assert json.loads(replan(capsys, FLEET, "--json")[0])["refused"] == []  # the good fleet still exits 0
+
+
+def _fleet_with_params(tmp_path: Path, params: dict[str, list[str]], replicas: dict[str, int] | None = None) -> str:
+    document = yaml.safe_load(Path(FLEET).read_text())
+    for deployment in document["deployments"]:
+        if deployment["name"] in params:
+            deployment["backend_parameters"] = params[deployment["name"]]
+        deployment["replicas"] = (replicas or {}).get(deployment["name"], deployment.get("replicas", 1))
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def test_a_port_a_deployment_sets_is_not_given_to_another_replica(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The embedder's own --port 8080 was also given to mistral-7b#0 on the same worker: one of the
+    two llama-servers could not bind it."""
+    out, _ = replan(capsys, _fleet_with_params(tmp_path, {"embedder": ["--ctx-size 2048", "--port 8080"]}))
+    ports: dict[str, list[str]] = {}
+    for line in section(out, "commands"):
+        if "llama-server" in line:
+            words = line.split()
+            ports.setdefault(words[0], []).append(words[words.index("--port") + 1])
+    assert all(len(set(taken)) == len(taken) for taken in ports.values()), ports
+    assert "8080" in ports["[gpu-b]"], ports
+
+
+@pytest.mark.parametrize(
+    ("params", "replicas", "problem"),
+    [
+        ({"mistral-7b": ["--ctx-size 8192", "--port 9000"]}, {"mistral-7b": 2}, "--port 9000 with 2 replicas"),
+        (
+            {"mistral-7b": ["--ctx-size 8192", "--port=9000"], "embedder": ["--ctx-size 2048", "--port", "9000"]},
+            {"mistral-7b": 1},
+            "--port 9000 is 'mistral-7b''s too",
+        ),
+    ],
+)
+def test_a_port_that_replicas_would_share_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    params: dict[str, list[str]],
+    replicas: dict[str, int],
+    problem: str,
+) -> None:
+    code = main(["replan", _fleet_with_params(tmp_path, params, replicas), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT and problem in err, err

@@ -53,6 +53,7 @@ class Fleet(Frozen):
             if deployment.name in names:
                 raise InputError("fleet.deployments", f"duplicate deployment name {deployment.name!r}")
             names.add(deployment.name)
+        self._check_own_ports()
         replicas = {d.name: d.replicas for d in self.deployments}
         seen: set[tuple[str, int]] = set()
         for placement in self.current:
@@ -65,6 +66,38 @@ class Fleet(Frozen):
                 )
             seen.add(key)
         return self
+
+    def _check_own_ports(self) -> None:
+        """A ``--port`` of a deployment's own is written into each of its replicas' commands: two
+        llama-servers on one worker would listen on one port, and the second would not start."""
+        owners: dict[str, str] = {}
+        for deployment in self.deployments:
+            port = own_port(deployment)
+            if port is None:
+                continue
+            where = f"deployment[{deployment.name}].params"
+            if deployment.replicas > 1:
+                raise InputError(
+                    where,
+                    f"--port {port} with {deployment.replicas} replicas: replicas on one worker would share the "
+                    "port; remove --port (replan gives each llama-server on a worker its own)",
+                )
+            if port in owners:
+                raise InputError(
+                    where, f"--port {port} is {owners[port]!r}'s too: both could run on one worker; give each its own"
+                )
+            owners[port] = deployment.name
+
+
+def own_port(deployment: Deployment) -> str | None:
+    """The ``--port`` a deployment's own parameters give its llama-server, as written; ``None`` without one."""
+    extra = deployment.params.extra
+    for at, arg in enumerate(extra):
+        if arg == "--port" and at + 1 < len(extra):
+            return extra[at + 1]
+        if arg.startswith("--port="):
+            return arg.partition("=")[2]
+    return None
 
 
 class ReplicaChange(StrEnum):

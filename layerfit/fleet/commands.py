@@ -7,7 +7,7 @@ from collections import Counter
 
 from layerfit.check import reference_reasons
 from layerfit.domain.config import PlannerConfig
-from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands
+from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands, own_port
 from layerfit.planner import deployment_commands, resolve_profile
 from layerfit.usage import use_of
 
@@ -35,7 +35,8 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
     placements, filled in (``plan_fleet`` returns it so).
 
     Replicas sharing a worker must not share ports: each llama-server gets ``--port 8080, 8081, ...``
-    per main worker (unless the deployment sets ``--port`` itself), and rpc-servers take ports from
+    per main worker, skipping the ports deployments set themselves (``--port``: one replica each, a
+    port each), and rpc-servers take ports from
     ``config.rpc_port_base`` on, never twice in the plan. A ranged context is the one the plan chose.
     """
     if any(deployment.has_ctx_range for deployment in fleet.deployments):
@@ -46,16 +47,18 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
     servers_on: Counter[str] = Counter()
     rpc_ports_taken = 0
     shifted = config
-    own_ports = {
-        name: any(arg == "--port" or arg.startswith("--port=") for arg in deployment.params.extra)
-        for name, deployment in deployments.items()
-    }
+    own_ports = {name: own_port(deployment) for name, deployment in deployments.items()}
+    taken = {int(port) for port in own_ports.values() if port is not None and port.isdigit()}
     per_replica = []
     for placed in plan.placements:
         deployment = deployments[placed.deployment]
         worker = placed.layout.main_worker
-        port = () if own_ports[placed.deployment] else ("--port", str(SERVER_PORT_BASE + servers_on[worker]))
-        servers_on[worker] += 1
+        port: tuple[str, ...] = ()
+        if own_ports[placed.deployment] is None:  # the next port no deployment took for itself
+            while SERVER_PORT_BASE + servers_on[worker] in taken:
+                servers_on[worker] += 1
+            port = ("--port", str(SERVER_PORT_BASE + servers_on[worker]))
+            servers_on[worker] += 1
         if shifted.rpc_port_base != config.rpc_port_base + rpc_ports_taken:
             shifted = config.model_copy(update={"rpc_port_base": config.rpc_port_base + rpc_ports_taken})
         rpc_ports_taken += len(placed.layout.rpc_devices)
