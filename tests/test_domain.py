@@ -166,6 +166,13 @@ def test_sizes_accept_units() -> None:
     assert (gpu.total_vram_bytes, gpu.allocatable_vram_bytes) == (24 * GiB, 512 * MiB)
 
 
+@pytest.mark.parametrize("text", ["\uff12\uff14 GiB", "\u0662\u0664 GiB", "24\u00a0GiB"])
+def test_sizes_are_ascii(text: str) -> None:
+    """Full-width and Arabic-Indic digits were read as 24 GiB."""
+    with pytest.raises(ValueError, match="not a size"):
+        Gpu(index=0, total_vram_bytes=text, allocatable_vram_bytes=0)
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -70,7 +70,8 @@ _UNITS = {
     "gb": 1000**3,
     "tb": 1000**4,
 }
-_SIZE_PATTERN = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[a-zA-Z]*)\s*$")
+_SIZE_PATTERN = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[a-zA-Z]*)\s*$", re.ASCII)
+"""ASCII digits only: ``\\d`` and ``float`` also read other scripts' digits (``'２４ GiB'``)."""
 
 
 def parse_size(value: Any) -> Any:
