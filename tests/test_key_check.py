@@ -132,6 +132,19 @@ def test_a_tokenizer_without_a_vocabulary_needs_no_token_list(files: ModuleType,
     assert read_gguf(str(_write(files, tmp_path, "llama-q4_0", change))).vocab_size == 64
 
 
+@pytest.mark.parametrize("model", ["none", "no_vocab"])
+def test_a_tokenizer_without_a_vocabulary_needs_vocab_size(files: ModuleType, tmp_path: Path, model: str) -> None:
+    """Without ``vocab_size`` the b11434 CPU build sizes the embedding by 0 and refuses the file
+    ('token_embd.weight' has wrong shape; expected 1024, 0)."""
+    change: Change = dict.fromkeys(TOKENIZER_KEYS) | {
+        "tokenizer.ggml.model": (T.STRING, model, None),
+        "llama.vocab_size": None,
+    }
+    with pytest.raises(EstimationError) as caught:
+        read_gguf(str(_write(files, tmp_path, "llama-q4_0", change)))
+    assert caught.value.where == "llama.vocab_size" and "required key missing" in caught.value.problem
+
+
 def test_synthetic_headers_carry_a_tokenizer_without_a_vocabulary(tmp_path: Path) -> None:
     (path,) = write_gguf(tmp_path / "tiny.gguf", REAL_MODELS["llama-3.1-8b"])
     assert read_header(path).metadata["tokenizer.ggml.model"] == NO_TOKENIZER == "none"

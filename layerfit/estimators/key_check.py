@@ -200,12 +200,13 @@ def check_required(path: str, arch: str, metadata: Mapping[str, MetaValue]) -> N
             raise _refuse(path, template.format(arch=arch), "required key missing")
 
 
-def check_tokenizer(path: str, metadata: Mapping[str, MetaValue], types: Mapping[str, KeyType]) -> None:
+def check_tokenizer(path: str, arch: str, metadata: Mapping[str, MetaValue], types: Mapping[str, KeyType]) -> None:
     """Refuse, naming the key, a tokenizer llama.cpp cannot load: an unknown or mistyped model, a token
     list that is not strings, scores or token types of another type or shorter than the list, and
     special-token ids or flags of another type. A file without ``tokenizer.ggml.model`` is refused:
     b11434's vocabulary loader (``llama_vocab::impl::load``), which runs for every model, requires it
-    whether or not the file has a token list."""
+    whether or not the file has a token list. A tokenizer without a vocabulary (``none``,
+    ``no_vocab``) needs ``{arch}.vocab_size``: llama.cpp sizes the embedding by it (0 without it)."""
     model_key, tokens_key = Keys.Tokenizer.MODEL, Keys.Tokenizer.LIST
     model = metadata.get(model_key)
     if model is None:
@@ -216,6 +217,10 @@ def check_tokenizer(path: str, metadata: Mapping[str, MetaValue], types: Mapping
     for key, expected in TOKENIZER_KEYS.items():
         _expect_type(path, key, metadata, types, expected)
     if model in NO_VOCAB:
+        vocab_size = f"{arch}.vocab_size"
+        if vocab_size not in metadata:
+            problem = f"tokenizer {model!r} lists no tokens; llama.cpp sizes the vocabulary by this"
+            raise _refuse(path, vocab_size, f"required key missing: {problem}")
         return
     listed = types.get(tokens_key)
     if listed is None:

@@ -189,7 +189,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     n_embd = meta.integer(Keys.LLM.EMBEDDING_LENGTH)
     check_required(header.path, arch, header.metadata)
     check_arch_keys(header.path, arch, header.metadata, header.key_types)
-    check_tokenizer(header.path, header.metadata, header.key_types)  # llama.cpp: the vocabulary after the hparams
+    check_tokenizer(header.path, arch, header.metadata, header.key_types)  # llama.cpp: the vocabulary after the hparams
     tensors = TensorGroups(header.tensors, n)
     if tensors.stray:
         warnings.append(f"{len(tensors.stray)} tensors name blocks beyond block_count {n}; kept on the host")
