@@ -243,6 +243,11 @@ BAD_INPUT = [
         lambda: Deployment(name="m", gguf_path="m", replicas=True),
         "expected a number, got true",
     ),
+    (
+        "a worker id written as a boolean (read as 1, another worker's id perhaps)",
+        lambda: Worker(id=True, name="w", total_ram_bytes=1, allocatable_ram_bytes=1),
+        "id\n  Value error, expected a number or a string, got true",
+    ),
     ("GPU index beyond any device", lambda: _gpu(2**63), "index\n  Input should be less than or equal to 1023"),
     ("GPU id of 5,000 digits", lambda: GpuRef.parse("w:cuda:" + "9" * 5000), "malformed GPU id 'w:cuda:9999"),
     ("CP-SAT seed beyond 32 bits", lambda: PlannerConfig(seed=2**40), "seed\n  Input should be less than or equal to"),

@@ -33,6 +33,17 @@ class _Before:
 NOT_A_BOOLEAN = _Before(_not_a_boolean)
 """For an ``Annotated[int, ...]`` count with bounds of its own."""
 
+
+def _not_a_boolean_id(value: Any) -> Any:
+    """An id written ``true`` would be read as the integer 1, another worker's id perhaps."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number or a string, got {str(value).lower()}")
+    return value
+
+
+ID_NOT_A_BOOLEAN = _Before(_not_a_boolean_id)
+"""For an ``Annotated[int | str, ...]`` id."""
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
 """Control and format characters: new lines, escape sequences, NUL, zero-width and bidirectional marks."""
 

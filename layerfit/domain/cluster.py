@@ -9,7 +9,7 @@ from typing import Annotated, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import NOT_A_BOOLEAN, Bytes, Frozen, Name, NonNegInt, PrintableName
+from layerfit.domain.base import ID_NOT_A_BOOLEAN, NOT_A_BOOLEAN, Bytes, Frozen, Name, NonNegInt, PrintableName
 from layerfit.errors import InputError
 
 GPU_TYPES = (
@@ -81,7 +81,7 @@ class Gpu(Frozen):
 class Worker(Frozen):
     """A machine that can run llama-server or rpc-server processes."""
 
-    id: int | str
+    id: Annotated[int | str, ID_NOT_A_BOOLEAN]
     name: Name
     """What GPU ids start with (``name:cuda:0``): no ':' or white space, which would make them ambiguous."""
     address: str = ""
