@@ -294,6 +294,11 @@ _CONVERTERS: dict[str, Callable[[str, str], Any]] = {
 _FLASH_ATTN_VALUES = frozenset((*_TRUTHY, *_FALSEY, *_AUTOY))
 
 
+def _a_flag(token: str) -> bool:
+    """Whether the token after a bare ``--flash-attn`` is the next flag (``-1`` is its value)."""
+    return token.startswith("-") and token not in _FLASH_ATTN_VALUES
+
+
 def _take_values(flag: Flag, name: str, attached: str | None, tokens: list[str], i: int) -> tuple[list[str], int]:
     """The values that follow ``name`` at ``tokens[i]``, and the index after them."""
     if flag.arity == 0:
@@ -302,8 +307,8 @@ def _take_values(flag: Flag, name: str, attached: str | None, tokens: list[str],
         return [], i + 1
     values = [] if attached is None else [attached]
     i += 1
-    if flag.field == "flash_attn" and attached is None and (i >= len(tokens) or tokens[i] not in _FLASH_ATTN_VALUES):
-        return ["on"], i  # a bare --flash-attn (older builds) turns it on
+    if flag.field == "flash_attn" and attached is None and (i >= len(tokens) or _a_flag(tokens[i])):
+        return ["on"], i  # a bare --flash-attn (older builds) turns it on; a value after it is checked
     while len(values) < flag.arity:
         if i >= len(tokens):
             raise InputError(name, "missing value")
