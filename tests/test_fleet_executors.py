@@ -13,7 +13,7 @@ from layerfit.cli import EXIT_PLACED, main
 from layerfit.domain import Deployment, GiB, MemoryProfile, PlannerConfig, Status
 from layerfit.domain.fleet import Executor, Fleet, FleetConfig
 from layerfit.fleet import plan_fleet
-from layerfit.fleet.candidates import identical_groups
+from layerfit.fleet.executors import start_executor
 
 FLEET = str(Path(__file__).parent.parent / "layerfit" / "examples" / "fleet.yaml")
 
@@ -66,14 +66,45 @@ def test_local_process_pool_matches_serial(serial: tuple[object, ...]) -> None:
 def test_ray_matches_serial(serial: tuple[object, ...]) -> None:
     import ray  # the ray extra is part of the test extra
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # Ray's instance and its workers (one per CPU, each loading the fleet package) start before
+    # planning, as replan starts them before its clock
+    start_executor(FleetConfig(executor=Executor.RAY, processes=2))
     try:
-        # Ray starts its workers on the first tasks: start them (two, one per CPU, each loading the
-        # fleet package) before planning
-        assert ray.get([ray.remote(identical_groups).remote([], {}) for _ in range(2)]) == [[], []]
+        assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2
         assert run(Executor.RAY) == serial
     finally:
         ray.shutdown()
+
+
+class _Started(Exception):
+    """Raised by the stand-in for the executor's start, to end the command there."""
+
+
+def test_replan_starts_ray_before_its_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's start (2.5 s idle on two cores) inside the limit left the example fleet's plan at
+    --time-limit 3 no time for its stages (the greedy start); it comes before the clock now."""
+    from layerfit.deadline import Deadline
+    from layerfit.fleet import executors
+
+    events: list[str] = []
+    after = Deadline.after
+
+    def start(config: FleetConfig) -> None:
+        events.append(f"start {config.executor.value}")
+        raise _Started
+
+    def clock(seconds: float) -> Deadline:
+        events.append("clock")
+        return after(seconds)
+
+    monkeypatch.setattr(executors, "start_executor", start)
+    monkeypatch.setattr(Deadline, "after", staticmethod(clock))
+    with pytest.raises(_Started):
+        main(["replan", FLEET, "--executor", "ray", "--time-limit", "3"])
+    assert events == ["start ray"]
+    events.clear()  # the other executors start nothing
+    assert main(["replan", FLEET, "--executor", "serial", "--time-limit", "3", "--quiet"]) == EXIT_PLACED
+    assert events[0] == "clock" and not any(event.startswith("start") for event in events)
 
 
 def generated_fleet(seed: int) -> Fleet:

@@ -27,6 +27,11 @@ PER_DEPLOYMENT_SECONDS = 2.0
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit.deadline import Deadline
 
+    if args.executor == Executor.RAY:  # Ray's start is not the plan's: before the clock
+        from layerfit.domain.fleet import FleetConfig
+        from layerfit.fleet.executors import start_executor
+
+        start_executor(FleetConfig(executor=Executor.RAY))
     deadline = Deadline.after(args.time_limit)  # the limit counts reading the file too
     from layerfit.cli.inputs import check_plot_target, planner_config, progress_display
     from layerfit.cli.render import render_fleet
@@ -93,9 +98,7 @@ def _draw(path: str, fleet: Fleet, result: FleetPlan) -> None:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``replan`` to the subcommands."""
-    replan = commands.add_parser(
-        "replan", help=SUBCOMMANDS["replan"][1], epilog=EXAMPLES, formatter_class=HELP_FORMAT
-    )
+    replan = commands.add_parser("replan", help=SUBCOMMANDS["replan"][1], epilog=EXAMPLES, formatter_class=HELP_FORMAT)
     replan.add_argument("fleet", help="fleet YAML/JSON: cluster, deployments, current placements")
     replan.add_argument(
         "--time-limit",
