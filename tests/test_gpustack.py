@@ -137,6 +137,15 @@ def _with(value: Any, path: tuple[Any, ...], new: Any) -> Any:
             [],
             r"gpu_devices\[0\]\.index: expected an integer, got True",
         ),
+        # GPUStack only warns on a GPU without an index, then fails building the claim; its position
+        # in the list was taken as its index, naming a GPU the worker does not report
+        (
+            _with(WORKERS, (0, "status", "gpu_devices", 1, "index"), None),
+            [],
+            r"worker\[gpustack-a\]\.status\.gpu_devices\[1\]\.index: missing",
+        ),
+        (_with(WORKERS, (1, "status"), None), [], r"worker\[gpustack-b\]\.status\.memory\.total: missing"),
+        (_with(WORKERS, (0, "name"), ""), [], r"worker\[id=11\]\.name: missing or empty"),
         (WORKERS, _with(INSTANCES, (0, "computed_resource_claim", "vram"), 7), r"vram: expected a mapping, got int 7"),
         (
             WORKERS,

@@ -74,7 +74,9 @@ def int_map(obj: Any, where: str) -> dict[int, int]:
 
 def non_negative(value: Any, where: str) -> int:
     """An integer size or count (an int, a whole finite float, or decimal digits); ``InputError``
-    naming the field when it is anything else (a boolean, 1.5, inf, NaN) or negative."""
+    naming the field when it is absent (``None``), anything else (a boolean, 1.5, inf, NaN) or negative."""
+    if value is None:
+        raise InputError(where, "missing in the GPUStack object")
     whole_float = isinstance(value, float) and math.isfinite(value) and value.is_integer()
     digits = isinstance(value, str) and value.strip().isascii() and value.strip().lstrip("-").isdigit()
     if not (isinstance(value, int) and not isinstance(value, bool)) and not whole_float and not digits:
@@ -83,6 +85,18 @@ def non_negative(value: Any, where: str) -> int:
     if number < 0:
         raise InputError(where, f"must be >= 0, got {number}")
     return number
+
+
+def gpu_device_index(device: Any, worker_name: str, position: int) -> int:
+    """A GPU device's ``index`` (the id llama.cpp and GPUStack's claims use); ``InputError`` naming
+    the worker and the device when it is absent: GPUStack only warns then and later fails building
+    the claim, and the device's position in the list is no safe stand-in (another device may carry
+    that index, and the candidate would name a GPU the worker does not report)."""
+    where = f"worker[{worker_name}].status.gpu_devices[{position}].index"
+    index = field(device, "index", None)
+    if index is None:
+        raise InputError(where, "missing: GPUStack reports no index for this GPU")
+    return non_negative(index, where)
 
 
 def _shown(value: Any) -> str:

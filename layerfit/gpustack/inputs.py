@@ -24,7 +24,15 @@ from layerfit.domain.config import PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
-from layerfit.gpustack.fields import UNIFIED_MEMORY_GPU_TYPES, as_list, field, items, listed, non_negative
+from layerfit.gpustack.fields import (
+    UNIFIED_MEMORY_GPU_TYPES,
+    as_list,
+    field,
+    gpu_device_index,
+    items,
+    listed,
+    non_negative,
+)
 from layerfit.gpustack.resources import Allocation, allocatable, allocated_by_instances, allocated_by_view
 from layerfit.io import load_model
 
@@ -66,13 +74,23 @@ def worker_allocation(worker: Any, model_instances: Sequence[Any] = (), resource
     return allocatable(_with_unified_flag(worker), allocated)
 
 
+def worker_name(worker: Any) -> str:
+    """The worker's name, which starts its GPU ids (``name:type:index``); ``InputError`` naming the
+    worker's id when it is missing or empty (GPUStack would then offer GPU ids such as ``:cuda:0``,
+    which no selection can name)."""
+    name = str(field(worker, "name", "") or "")
+    if not name:
+        raise InputError(f"worker[id={field(worker, 'id', '?')}].name", "missing or empty: GPU ids start with it")
+    return name
+
+
 def worker_from_gpustack(worker: Any, allocation: Allocation) -> Worker:
     """One GPUStack worker as a layerfit ``Worker`` with the given allocatable resources."""
-    name = str(field(worker, "name"))
-    total_ram = non_negative(field(worker, "status.memory.total"), f"worker[{name}].status.memory.total")
+    name = worker_name(worker)
+    total_ram = non_negative(field(worker, "status.memory.total", None), f"worker[{name}].status.memory.total")
     gpus = []
     for position, device in enumerate(listed(worker, "status.gpu_devices", f"worker[{name}].status.gpu_devices")):
-        index = non_negative(field(device, "index", position), f"worker[{name}].status.gpu_devices[{position}].index")
+        index = gpu_device_index(device, name, position)
         total = non_negative(field(device, "memory.total", 0), f"worker[{name}].status.gpu_devices[{position}].memory")
         gpus.append(
             {
@@ -101,9 +119,10 @@ def cluster_from_gpustack(
 ) -> Cluster:
     """GPUStack's workers as a layerfit ``Cluster``, less what the running instances hold."""
     instances = as_list(model_instances, "model_instances")
-    converted = [
-        worker_from_gpustack(w, worker_allocation(w, instances, resource_view)) for w in as_list(workers, "workers")
-    ]
+    given = as_list(workers, "workers")
+    for worker in given:
+        worker_name(worker)  # each worker's name first: the other errors name the worker by it
+    converted = [worker_from_gpustack(w, worker_allocation(w, instances, resource_view)) for w in given]
     return load_model(Cluster, {"workers": converted}, "GPUStack workers")
 
 
@@ -192,4 +211,4 @@ def config_from_gpustack(model: Any, config: PlannerConfig = PlannerConfig()) ->
 
 
 def workers_by_name(workers: Sequence[Any]) -> Mapping[str, Any]:
-    return {str(field(worker, "name")): worker for worker in workers}
+    return {worker_name(worker): worker for worker in workers}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from layerfit.gpustack.fields import as_list, field, int_map, listed, non_negative
+from layerfit.gpustack.fields import as_list, field, gpu_device_index, int_map, listed, non_negative
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,10 @@ def allocatable(worker: Any, allocated: Allocation) -> Allocation:
         total = field(gpu, "memory.total", None)
         if total is None:
             continue
-        index = non_negative(field(gpu, "index", position), f"worker[{name}].status.gpu_devices[{position}].index")
+        index = gpu_device_index(gpu, name, position)
         total = non_negative(total, f"worker[{name}].status.gpu_devices[{position}].memory.total")
         vram[index] = max(total - allocated.vram.get(index, 0) - reserved_vram, 0)
-    total_ram = non_negative(field(worker, "status.memory.total"), f"worker[{name}].status.memory.total")
+    total_ram = non_negative(field(worker, "status.memory.total", None), f"worker[{name}].status.memory.total")
     ram = max(total_ram - allocated.ram - reserved_ram, 0)
     if field(worker, "status.memory.is_unified_memory", False):
         ram = max(ram - reserved_vram - sum(allocated.vram.values()), 0)
