@@ -93,6 +93,38 @@ def test_instance_claims_add_up_per_gpu() -> None:
     assert allocated.ram == 8 * GiB and dict(allocated.vram) == {1: 20 * GiB, 0: 5 * GiB}
 
 
+class _CountedInstance:
+    """A model instance that counts how often its ``worker_id`` is read."""
+
+    def __init__(self, worker_id: int) -> None:
+        self._worker_id = worker_id
+        self.reads = 0
+        self.gpu_indexes = [0]
+        self.computed_resource_claim = {"ram": GiB, "vram": {0: GiB}}
+
+    @property
+    def worker_id(self) -> int:
+        self.reads += 1
+        return self._worker_id
+
+
+def test_running_instances_are_read_once_whatever_the_number_of_workers() -> None:
+    """Each worker's allocation was added up over every instance: 10,000 workers and as many
+    instances took minutes (8 s at 2,000); now one pass over the instances."""
+    workers = [
+        {"id": i, "name": f"w{i}", "status": {"memory": {"total": 4 * GiB}, "gpu_devices": [_gpu(0, 2)]}}
+        for i in range(300)
+    ]
+    instances = [_CountedInstance(i) for i in range(300)]
+    cluster = cluster_from_gpustack(workers, instances)
+    assert max(instance.reads for instance in instances) == 1
+    assert all(w.allocatable_ram_bytes == 3 * GiB and w.gpus[0].allocatable_vram_bytes == GiB for w in cluster.workers)
+
+
+def _gpu(index: int, gib: int) -> dict[str, Any]:
+    return {"index": index, "type": "cuda", "name": "g", "memory": {"total": gib * GiB}}
+
+
 def test_bad_claims_name_the_field() -> None:
     bad = [{"worker_id": 11, "gpu_indexes": [0], "computed_resource_claim": {"ram": 1, "vram": {"0": -5}}}]
     with pytest.raises(InputError, match=r"model_instances\[0\]\.computed_resource_claim\.vram"):
@@ -146,6 +178,9 @@ def _with(value: Any, path: tuple[Any, ...], new: Any) -> Any:
         ),
         (_with(WORKERS, (1, "status"), None), [], r"worker\[gpustack-b\]\.status\.memory\.total: missing"),
         (_with(WORKERS, (0, "name"), ""), [], r"worker\[id=11\]\.name: missing or empty"),
+        # not GPUStack objects at all: every field read as absent, so an instance was ignored
+        (WORKERS, [*INSTANCES, "instance-9"], r"model_instances\[4\]: expected a GPUStack object or a mapping"),
+        ([*WORKERS, 5], [], r"workers\[4\]: expected a GPUStack object or a mapping, got int 5"),
         (WORKERS, _with(INSTANCES, (0, "computed_resource_claim", "vram"), 7), r"vram: expected a mapping, got int 7"),
         (
             WORKERS,
@@ -328,3 +363,8 @@ def test_a_selection_naming_a_worker_gpustack_did_not_pass_places_nothing_and_sa
         WORKERS, {**MODEL, "gpu_selector": {"gpu_ids": ["gpustack-a:cuda:9"]}}, profile=profile
     )
     assert found == [] and plan.status.value == "infeasible"
+
+
+def test_a_resource_view_without_allocated_is_refused_naming_it() -> None:
+    with pytest.raises(InputError, match=r"resource_view: expected GPUStack's ResourceView"):
+        cluster_from_gpustack(WORKERS, resource_view={"allocated": {}})

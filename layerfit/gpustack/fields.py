@@ -58,6 +58,23 @@ def as_list(obj: Any, where: str) -> list[Any]:
     return list(obj)
 
 
+def is_key(value: Any) -> bool:
+    """Whether ``value`` can key a dict (a worker id read from a dict input may be a list)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def record(obj: Any, where: str) -> Any:
+    """``obj`` when it is a GPUStack object (attributes) or a mapping; ``InputError`` naming ``where``
+    otherwise (a string, a number, a list, ``None``), whose fields would all read as absent."""
+    if isinstance(obj, Mapping) or (hasattr(obj, "__dict__") and not isinstance(obj, type)):
+        return obj
+    raise InputError(where, f"expected a GPUStack object or a mapping, got {type(obj).__name__} {_shown(obj)}")
+
+
 def listed(obj: Any, path: str, where: str) -> list[Any]:
     """``as_list`` of the field at ``path`` (absent: empty)."""
     return as_list(field(obj, path, None), where)

@@ -29,11 +29,19 @@ from layerfit.gpustack.fields import (
     as_list,
     field,
     gpu_device_index,
+    is_key,
     items,
     listed,
     non_negative,
+    record,
 )
-from layerfit.gpustack.resources import Allocation, allocatable, allocated_by_instances, allocated_by_view
+from layerfit.gpustack.resources import (
+    Allocation,
+    allocatable,
+    allocated_by_instances,
+    allocated_by_view,
+    allocated_by_workers,
+)
 from layerfit.io import load_model
 
 
@@ -64,12 +72,18 @@ def _with_unified_flag(worker: Any) -> Any:
     }
 
 
-def worker_allocation(worker: Any, model_instances: Sequence[Any] = (), resource_view: Any | None = None) -> Allocation:
-    """GPUStack's allocatable RAM and per-GPU VRAM of a worker, from the instances bound to it."""
+def worker_allocation(
+    worker: Any,
+    model_instances: Sequence[Any] = (),
+    resource_view: Any | None = None,
+    allocated: Allocation | None = None,
+) -> Allocation:
+    """GPUStack's allocatable RAM and per-GPU VRAM of a worker, from the instances bound to it
+    (``allocated``, when the caller already added up what they hold on it, spares reading them)."""
     worker_id = field(worker, "id", None)
     if resource_view is not None:
         allocated = allocated_by_view(resource_view, worker_id)
-    else:
+    elif allocated is None:
         allocated = allocated_by_instances(model_instances, worker_id)
     return allocatable(_with_unified_flag(worker), allocated)
 
@@ -120,10 +134,19 @@ def cluster_from_gpustack(
     """GPUStack's workers as a layerfit ``Cluster``, less what the running instances hold."""
     instances = as_list(model_instances, "model_instances")
     given = as_list(workers, "workers")
-    for worker in given:
+    for position, worker in enumerate(given):
+        record(worker, f"workers[{position}]")
         worker_name(worker)  # each worker's name first: the other errors name the worker by it
-    converted = [worker_from_gpustack(w, worker_allocation(w, instances, resource_view)) for w in given]
+    held = {} if resource_view is not None else allocated_by_workers(instances, [field(w, "id", None) for w in given])
+    converted = [
+        worker_from_gpustack(w, worker_allocation(w, instances, resource_view, _held_by(held, field(w, "id", None))))
+        for w in given
+    ]
     return load_model(Cluster, {"workers": converted}, "GPUStack workers")
+
+
+def _held_by(held: Mapping[Any, Allocation], worker_id: Any) -> Allocation | None:
+    return held.get(worker_id) if is_key(worker_id) else None
 
 
 def _kind(categories: Sequence[str]) -> ModelKind:

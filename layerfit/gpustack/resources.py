@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from layerfit.gpustack.fields import as_list, field, gpu_device_index, int_map, listed, non_negative
+from layerfit.errors import InputError
+from layerfit.gpustack.fields import as_list, field, gpu_device_index, int_map, is_key, listed, non_negative, record
 
 
 @dataclass(frozen=True)
@@ -31,28 +32,47 @@ def _add(into: dict[int, int], more: Mapping[int, int]) -> None:
         into[index] = into.get(index, 0) + size
 
 
-def allocated_by_instances(instances: Iterable[Any], worker_id: Any) -> Allocation:
-    """What the model instances hold on one worker, from their ``computed_resource_claim``."""
-    ram = 0
-    vram: dict[int, int] = {}
+def allocated_by_workers(instances: Iterable[Any], worker_ids: Iterable[Any]) -> dict[Any, Allocation]:
+    """What the model instances hold on each of these workers, from their ``computed_resource_claim``.
+
+    One pass over the instances whatever the number of workers (N workers and N instances cost N,
+    not N²). Only the claims that count against one of these workers are read (and refused when
+    malformed); an instance bound to another worker is GPUStack's business, not this placement's.
+    """
+    wanted = {worker_id for worker_id in worker_ids if is_key(worker_id)}
+    ram: dict[Any, int] = dict.fromkeys(wanted, 0)
+    vram: dict[Any, dict[int, int]] = {worker_id: {} for worker_id in wanted}
     for position, instance in enumerate(as_list(instances, "model_instances")):
         where = f"model_instances[{position}]"
+        record(instance, where)
         claim = field(instance, "computed_resource_claim", None)
-        if field(instance, "worker_id", None) == worker_id and claim is not None:
-            ram += non_negative(field(claim, "ram", 0), f"{where}.computed_resource_claim.ram")
+        owner = field(instance, "worker_id", None)
+        if is_key(owner) and owner in wanted and claim is not None:
+            ram[owner] += non_negative(field(claim, "ram", 0), f"{where}.computed_resource_claim.ram")
             if field(instance, "gpu_indexes", None):
-                _add(vram, int_map(field(claim, "vram", None), f"{where}.computed_resource_claim.vram"))
+                _add(vram[owner], int_map(field(claim, "vram", None), f"{where}.computed_resource_claim.vram"))
         subordinates = listed(instance, "distributed_servers.subordinate_workers", f"{where}.distributed_servers")
         for number, subordinate in enumerate(subordinates):
             sub_claim = field(subordinate, "computed_resource_claim", None)
-            if field(subordinate, "worker_id", None) == worker_id and sub_claim is not None:
+            sub_owner = field(subordinate, "worker_id", None)
+            if is_key(sub_owner) and sub_owner in wanted and sub_claim is not None:
                 sub_where = f"{where}.distributed_servers.subordinate_workers[{number}].computed_resource_claim.vram"
-                _add(vram, int_map(field(sub_claim, "vram", None), sub_where))
-    return Allocation(ram=ram, vram=vram)
+                _add(vram[sub_owner], int_map(field(sub_claim, "vram", None), sub_where))
+    return {worker_id: Allocation(ram=ram[worker_id], vram=vram[worker_id]) for worker_id in wanted}
+
+
+def allocated_by_instances(instances: Iterable[Any], worker_id: Any) -> Allocation:
+    """What the model instances hold on one worker, from their ``computed_resource_claim``."""
+    if not is_key(worker_id):
+        return Allocation()
+    return allocated_by_workers(instances, [worker_id])[worker_id]
 
 
 def allocated_by_view(resource_view: Any, worker_id: Any) -> Allocation:
     """What GPUStack's own ``ResourceView`` says is allocated (instances plus other reservations)."""
+    if not callable(getattr(resource_view, "allocated", None)):
+        shown = type(resource_view).__name__
+        raise InputError("resource_view", f"expected GPUStack's ResourceView (with allocated(worker_id)), got {shown}")
     allocated = resource_view.allocated(worker_id)
     ram = non_negative(allocated.ram, "resource_view.allocated.ram")
     return Allocation(ram=ram, vram=int_map(allocated.vram, "resource_view.allocated.vram"))
