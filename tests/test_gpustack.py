@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -325,8 +326,34 @@ def test_selector_explains_when_nothing_fits() -> None:
 
 def test_selector_needs_a_model_file_or_profile() -> None:
     selector = LayerfitGGUFSelector({**MODEL, "local_path": "/nonexistent.gguf"}, [])
-    with pytest.raises(ValueError, match="no memory profile"):
+    with pytest.raises(InputError, match="model llama-70b-q4: no memory profile"):
         asyncio.run(selector.select_candidates(WORKERS))
+
+
+PROFILE = MemoryProfile.uniform(4, GiB, 0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"profile": {"n_blocks": 4}}, "profile: expected a MemoryProfile or a function of the model, got dict"),
+        ({"profile": lambda model: None}, "profile: the profile function returned NoneType, not a MemoryProfile"),
+        ({"profile": PROFILE, "config": {"policy": "spread"}}, "config: expected a PlannerConfig, got dict"),
+        ({"profile": PROFILE, "model": None}, "model: expected a GPUStack object or a mapping, got NoneType"),
+        ({"profile": PROFILE, "model": {**MODEL, "name": None}}, "model.name: missing or empty"),
+    ],
+)
+def test_wrong_selector_arguments_are_refused_naming_them(arguments: dict[str, Any], message: str) -> None:
+    """They raised TypeError ('dict' object is not callable), AttributeError (no model_copy), or a
+    message about something else ('give exactly one of gguf_path or profile', 'name: missing')."""
+    model = arguments.pop("model", MODEL)
+    with pytest.raises(InputError, match=re.escape(message)):
+        asyncio.run(LayerfitGGUFSelector(model, [], **arguments).select_candidates(WORKERS))
+
+
+def test_no_model_instances_is_none_of_them() -> None:
+    selector = LayerfitGGUFSelector(MODEL, None, profile=PROFILE)  # type: ignore[arg-type]
+    assert asyncio.run(selector.select_candidates(WORKERS))
 
 
 def test_messages_in_gpustack_event_format() -> None:

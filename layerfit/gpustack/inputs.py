@@ -191,6 +191,10 @@ def deployment_from_gpustack(
 
     ``cluster`` (the converted workers) lets ``gpus_per_replica`` pick the freest selected GPUs.
     """
+    record(model, "model")
+    name = str(field(model, "name", "") or "")
+    if not name:
+        raise InputError("model.name", "missing or empty")
     backend_parameters = field(model, "backend_parameters", []) or []
     if isinstance(backend_parameters, str | bytes) or not isinstance(backend_parameters, Sequence):
         raise InputError("backend_parameters", f"expected a list of strings, got {type(backend_parameters).__name__}")
@@ -200,7 +204,7 @@ def deployment_from_gpustack(
     return load_model(
         Deployment,
         {
-            "name": str(field(model, "name")),
+            "name": name,
             "gguf_path": gguf_path,
             "profile": profile,
             "backend_parameters": list(backend_parameters),
@@ -221,6 +225,9 @@ def config_from_gpustack(model: Any, config: PlannerConfig = PlannerConfig()) ->
     experts stay with their blocks unless the model's backend parameters already keep them on the
     host (``--n-cpu-moe``, ``--cpu-moe``, ``-ot ...=CPU``: planned as given, passed on as given).
     """
+    record(model, "model")
+    if not isinstance(config, PlannerConfig):
+        raise InputError("config", f"expected a PlannerConfig, got {type(config).__name__}")
     config = config.model_copy(update={"expert_offload": False})
     strategy = field(model, "placement_strategy", None)
     if strategy is None:

@@ -19,8 +19,9 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Plan, Reason
 from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import InputError
 from layerfit.gpustack.candidates import candidate_dict, gpustack_available, to_gpustack_object
-from layerfit.gpustack.fields import field
+from layerfit.gpustack.fields import as_list, field, record
 from layerfit.gpustack.inputs import (
     cluster_from_gpustack,
     config_from_gpustack,
@@ -93,9 +94,14 @@ class LayerfitGGUFSelector:
         output: str = "auto",
     ) -> None:
         if output not in ("auto", "objects", "dicts"):
-            raise ValueError(f"output must be auto, objects or dicts, got {output!r}")
-        self._model = model
-        self._model_instances = list(model_instances)
+            raise InputError("output", f"expected auto, objects or dicts, got {output!r}")
+        if profile is not None and not isinstance(profile, MemoryProfile) and not callable(profile):
+            shown = type(profile).__name__
+            raise InputError("profile", f"expected a MemoryProfile or a function of the model, got {shown}")
+        if not isinstance(config, PlannerConfig):
+            raise InputError("config", f"expected a PlannerConfig, got {type(config).__name__}")
+        self._model = record(model, "model")
+        self._model_instances = as_list(model_instances, "model_instances")
         self._cache_dir = cache_dir
         self._resource_view = resource_view
         self._profile = profile
@@ -122,12 +128,15 @@ class LayerfitGGUFSelector:
     def _resolved_profile(self) -> tuple[MemoryProfile | None, str | None]:
         if self._profile is not None:
             found = self._profile if isinstance(self._profile, MemoryProfile) else self._profile(self._model)
+            if not isinstance(found, MemoryProfile):
+                shown = type(found).__name__
+                raise InputError("profile", f"the profile function returned {shown}, not a MemoryProfile")
             return found, None
         path = self._gguf_path or field(self._model, "local_path", None)
         if path is None or not os.path.exists(str(path)):
-            raise ValueError(
-                f"model {field(self._model, 'name', '?')}: no memory profile and no readable GGUF file "
-                f"(local_path {path!r}); give profile= or gguf_path="
+            raise InputError(
+                f"model {field(self._model, 'name', '?')}",
+                f"no memory profile and no readable GGUF file (local_path {path!r}); give profile= or gguf_path=",
             )
         return None, str(path)
 
