@@ -16,6 +16,7 @@ from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.plan import Plan, Reason, ReasonKind
 from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import expect
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import device_blocks, gpu_layers_flag, used_device_blocks
 from layerfit.selection import selection_reasons, tensor_split_in_force, whole_selection
@@ -320,6 +321,11 @@ def check(
 
     A plan's stated claims must also equal what the memory model computes for its layout.
     """
+    expect(cluster, Cluster, "cluster")
+    expect(deployment, Deployment, "deployment")
+    expect(plan, (Plan, Layout), "plan")
+    expect(profile, MemoryProfile, "profile")
+    expect(config, PlannerConfig, "config")
     if isinstance(plan, Layout):
         return check_layout(cluster, deployment, profile, plan, config)
     reasons: list[Reason] = []

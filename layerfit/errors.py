@@ -6,6 +6,10 @@ input that cannot be understood: they name the field, file or byte offset that i
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
 
 class LayerfitError(Exception):
     """Base class of every error layerfit raises on purpose."""
@@ -32,3 +36,20 @@ class EstimationError(LayerfitError):
 
 class SolverError(LayerfitError):
     """The optimizer failed in a way that is not a result (invalid model, crash)."""
+
+
+def expect(value: T, expected: type | tuple[type, ...], argument: str) -> T:
+    """``value`` when it is an instance of ``expected``; else ``InputError`` naming the argument.
+
+    The Python API's entry points check their arguments with it, so that a dict or ``None`` given
+    where a ``Deployment`` is expected is refused by name, not as an AttributeError deep inside.
+    """
+    if not isinstance(value, expected):
+        names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
+        raise InputError(argument, f"expected {names}, got {type(value).__name__} {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:60]}..."

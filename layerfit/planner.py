@@ -25,7 +25,7 @@ from layerfit.domain.plan import (
     strategy_class,
 )
 from layerfit.domain.profile import MemoryProfile
-from layerfit.errors import InputError, SolverError
+from layerfit.errors import InputError, SolverError, expect
 from layerfit.experts import (
     attach,
     expertless_blocks,
@@ -92,6 +92,14 @@ def deployment_commands(
     )
 
 
+def _expect_arguments(cluster: Cluster, deployment: Deployment, config: PlannerConfig, profile: object) -> None:
+    """The Python API's arguments of one plan, refused by name when of the wrong type."""
+    expect(cluster, Cluster, "cluster")
+    expect(deployment, Deployment, "deployment")
+    expect(config, PlannerConfig, "config")
+    expect(profile, (MemoryProfile, type(None)), "profile")
+
+
 def evaluate(
     cluster: Cluster,
     deployment: Deployment,
@@ -103,6 +111,8 @@ def evaluate(
     A layout that names a worker or GPU the cluster lacks, or that has more devices than llama.cpp
     runs in one process, is bad input (``InputError``)."""
     started = time.perf_counter()
+    _expect_arguments(cluster, deployment, config, profile)
+    expect(layout, Layout, "layout")
     check_deployment_flags(deployment, config)
     unknown = (*reference_reasons(cluster, layout), *device_cap_reasons(layout))
     if unknown:
@@ -165,6 +175,8 @@ def plan(
     """
     from layerfit.files import reading_once
 
+    _expect_arguments(cluster, deployment, config, profile)
+    expect(deadline, (Deadline, type(None)), "deadline")
     if work is None:
         check_deployment_flags(deployment, config)  # refused before OR-Tools loads
         from layerfit import solver  # noqa: F401  OR-Tools, ~0.5 s on first use: before the clock starts

@@ -18,7 +18,7 @@ from layerfit.domain.choices import ModelKind
 from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import FlashAttnFallback, MemoryProfile, RoleCosts
-from layerfit.errors import EstimationError, InputError
+from layerfit.errors import EstimationError, InputError, expect
 from layerfit.estimators import kv, kv_offload, overrides
 from layerfit.estimators.compute import (
     Activations,
@@ -228,6 +228,9 @@ def estimate_profile(
     runtime: RuntimeCosts = DEFAULT_RUNTIME,
 ) -> MemoryProfile:
     """Estimate what llama.cpp allocates for this model under these options."""
+    expect(model, (str, os.PathLike, ModelShape), "model")
+    expect(params, LlamaParams, "params")
+    expect(kind, ModelKind, "kind")
     shape = model if isinstance(model, ModelShape) else read_gguf(os.fspath(model))
     if shape.block_count == 0:
         raise EstimationError(

@@ -16,6 +16,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, UnplacedReplica
 from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
+from layerfit.errors import expect
 from layerfit.fleet.budget import Budget, parallel_reason, safety_reason
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.colgen import LAYERS, PLACED, Bound, ColumnGeneration, Goal, reached, tier_bound, trivial_bounds
@@ -83,6 +84,10 @@ def plan_fleet(
     """
     from layerfit.files import reading_once
 
+    expect(fleet, Fleet, "fleet")
+    expect(config, FleetConfig, "config")
+    expect(planner_config, PlannerConfig, "planner_config")
+    expect(deadline, (Deadline, type(None)), "deadline")
     with reading_once(), fewer_collections():
         return _plan_fleet(fleet, config, planner_config, deadline)
 

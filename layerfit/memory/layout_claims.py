@@ -7,7 +7,7 @@ from itertools import accumulate
 
 from layerfit.domain.layout import Claims, DeviceClaim, Layout, WorkerClaim
 from layerfit.domain.profile import DeviceRole, MemoryProfile
-from layerfit.errors import InputError
+from layerfit.errors import InputError, expect
 from layerfit.memory.kinds import keeps_scan, range_kinds
 from layerfit.memory.pieces import (
     block_prefix_bytes,
@@ -33,6 +33,8 @@ def claims(
     that sees that GPU (``-ngl 0`` without ``--device none``); it gets a claim with no layers but the
     process's fixed cost and the op-offload compute buffer, and the host the smaller buffer.
     """
+    expect(profile, MemoryProfile, "profile")
+    expect(layout, Layout, "layout")
     if op_offload_gpu is not None and not layout.devices and profile.op_offload_compute_bytes:
         return _op_offload_claims(profile, layout, op_offload_gpu, unified_workers)
     if layout.n_blocks != profile.n_blocks:
