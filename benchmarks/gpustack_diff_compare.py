@@ -10,6 +10,7 @@ from gpustack_diff_sides import Normal, Outcome
 from vs_gpustack import gpustack_worker
 
 from layerfit.domain import GiB
+from layerfit.domain.limits import MAX_DEVICES
 
 
 def compare(case: Scenario, theirs: Outcome, ours: Outcome) -> list[str]:
@@ -96,6 +97,8 @@ def documented(case: Scenario, theirs: Outcome, ours: Outcome, kinds: list[str])
         return "mps-is-unified"
     if "ts" in case.tags:
         return "tensor-split"
+    if only_theirs and all(len(c.gpus) + len(c.rpc) > MAX_DEVICES for c in only_theirs):
+        return "too-many-devices"  # llama.cpp does not start a process of 16 devices: layerfit drops them
     if any(0 in c.vram or 0 in c.rpc_vram for c in only_theirs):
         return "idle-gpu"  # GPUStack's split left a GPU of its candidate without a layer
     idle_selected = [c for c in theirs.candidates if c.key in our_keys and (0 in c.vram or 0 in c.rpc_vram)]
