@@ -22,6 +22,7 @@ from layerfit.estimators.gguf_reader import ArrayInfo, TensorInfo
 from layerfit.estimators.header_access import MetaReader, TensorGroups
 from layerfit.estimators.tensor_names import check_tensor_names
 from layerfit.estimators.tensor_set import check_tensor_set
+from layerfit.estimators.tensor_types import check_tensor_types
 
 if TYPE_CHECKING:
     from layerfit.estimators.shape import ModelShape
@@ -137,6 +138,7 @@ def check_hparams(shape: ModelShape, meta: MetaReader) -> None:
 def check_shape(shape: ModelShape, meta: MetaReader, tensors: TensorGroups) -> None:
     """Refuse, naming the key, the tensor and both values, a hyperparameter its tensors contradict."""
     check_hparams(shape, meta)
+    check_tensor_types(shape, tensors)
     if not shape.known_architecture:
         check_tensor_names(shape, tensors)
         return
