@@ -54,30 +54,35 @@ was stopped by the wall clock (or by CP-SAT's own wall-time limits), not by its 
 
 
 @dataclass
-class Work:
+class Allowance:
     """Nominal seconds a stage may spend, and its wall-clock safety stop; spending a part charges
-    every budget it is a part of."""
+    every budget it is a part of. ``plan()``'s ``Work`` and the fleet's ``Budget`` are both."""
 
     nominal_s: float
     deadline: Deadline
     spent_s: float = 0.0
-    parent: Work | None = None
-
-    @classmethod
-    def of(cls, time_limit_s: float, deadline: Deadline | None = None) -> Work:
-        """A plan's budget: ``WORK_SHARE`` x the limit; the limit (or ``deadline``, when sooner) as
-        the safety stop."""
-        return cls(time_limit_s * WORK_SHARE, Deadline.after(time_limit_s).earlier(deadline))
+    parent: Allowance | None = None
 
     def left(self) -> float:
         return max(0.0, self.nominal_s - self.spent_s)
 
     def spend(self, cost_s: float) -> None:
         """Charge this budget and every budget it is a part of."""
-        work: Work | None = self
-        while work is not None:
-            work.spent_s += cost_s
-            work = work.parent
+        budget: Allowance | None = self
+        while budget is not None:
+            budget.spent_s += cost_s
+            budget = budget.parent
+
+
+@dataclass
+class Work(Allowance):
+    """``plan()``'s budget and its stages' parts."""
+
+    @classmethod
+    def of(cls, time_limit_s: float, deadline: Deadline | None = None) -> Work:
+        """A plan's budget: ``WORK_SHARE`` x the limit; the limit (or ``deadline``, when sooner) as
+        the safety stop."""
+        return cls(time_limit_s * WORK_SHARE, Deadline.after(time_limit_s).earlier(deadline))
 
     def part(self, nominal_s: float, deadline: Deadline | None = None) -> Work:
         """At most ``nominal_s`` of what is left, with this budget's safety stop (or ``deadline``,

@@ -18,6 +18,7 @@ from ortools.sat.python import cp_model
 from layerfit.deadline import Deadline
 from layerfit.domain.fleet import FleetPlan
 from layerfit.domain.plan import Reason, ReasonKind, Severity
+from layerfit.work import Allowance
 
 WORK_SHARE = 0.6
 """Nominal seconds of work per second of ``time_limit_s``: the rest is room for what is not
@@ -41,15 +42,11 @@ GROUP_SOLVE_S = 0.01
 
 
 @dataclass
-class Budget:
-    """Nominal seconds a stage may spend, its wall-clock safety stop, and the stages whose safety
-    stop fired (shared by a budget and every part of it)."""
+class Budget(Allowance):
+    """A fleet stage's allowance, and the stages whose safety stop fired (shared by a budget and
+    every part of it)."""
 
-    nominal_s: float
-    deadline: Deadline
-    stops: list[str] = field(default_factory=list)
-    spent_s: float = 0.0
-    parent: Budget | None = None
+    stops: list[str] = field(default_factory=list, kw_only=True)
 
     @classmethod
     def of(cls, time_limit_s: float, deadline: Deadline | None = None) -> Budget:
@@ -58,31 +55,21 @@ class Budget:
 
     def final(self) -> Deadline:
         """The whole plan's deadline (that of the budget every other is a part of)."""
-        budget = self
+        budget: Allowance = self
         while budget.parent is not None:
             budget = budget.parent
         return budget.deadline
 
-    def left(self) -> float:
-        return max(0.0, self.nominal_s - self.spent_s)
-
     def affords(self, cost_s: float) -> bool:
         """Whether a step of this nominal cost still fits."""
         return cost_s <= self.left()
-
-    def spend(self, cost_s: float) -> None:
-        """Charge this budget and every budget it is a part of."""
-        budget: Budget | None = self
-        while budget is not None:
-            budget.spent_s += cost_s
-            budget = budget.parent
 
     def part(self, fraction: float, deadline: Deadline | None = None) -> Budget:
         """``fraction`` of what is left, with the same share of the wall-clock time left as its
         safety stop (or ``deadline``, never later than this budget's)."""
         fraction = min(1.0, max(0.0, fraction))
         stop = self.deadline.share(fraction) if deadline is None else deadline.earlier(self.deadline)
-        return Budget(self.left() * fraction, stop, self.stops, parent=self)
+        return Budget(self.left() * fraction, stop, parent=self, stops=self.stops)
 
     def safety_stop(self, stage: str) -> None:
         """The wall clock stopped ``stage`` before its work budget was spent."""

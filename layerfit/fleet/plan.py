@@ -214,7 +214,7 @@ def _with_column_generation(
     share = config.column_generation_share
     first = budget.part(1.0, budget.deadline.share(1 - PRICING_SHARE * share))
     plan = choose(fleet, profiles, candidates, config, planner_config, seed, budget=first)
-    pricing = Budget(config.time_limit_s * PRICING_SHARE * share, budget.deadline, budget.stops)
+    pricing = Budget(config.time_limit_s * PRICING_SHARE * share, budget.deadline, stops=budget.stops)
     nominal = pricing.nominal_s
     values = plan.objective
     placed_bound = (
