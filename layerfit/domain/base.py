@@ -12,11 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ModelWr
 from pydantic_core import CoreSchema, core_schema
 
 
-def _not_a_boolean(value: Any) -> Any:
-    """pydantic reads ``true`` as the integer 1: a count or size written as a boolean is a mistake."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {str(value).lower()}")
-    return value
+def _refusing_booleans(expected: str) -> Callable[[Any], Any]:
+    """A before-validator for a field pydantic would read ``true`` into as the integer 1: a count,
+    a size or an id written as a boolean is a mistake (an id of 1 may be another worker's)."""
+
+    def refuse(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"expected {expected}, got {str(value).lower()}")
+        return value
+
+    return refuse
 
 
 class _Before:
@@ -30,18 +35,10 @@ class _Before:
         return core_schema.no_info_before_validator_function(self.func, handler(source))
 
 
+_not_a_boolean = _refusing_booleans("a number")
 NOT_A_BOOLEAN = _Before(_not_a_boolean)
 """For an ``Annotated[int, ...]`` count with bounds of its own."""
-
-
-def _not_a_boolean_id(value: Any) -> Any:
-    """An id written ``true`` would be read as the integer 1, another worker's id perhaps."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number or a string, got {str(value).lower()}")
-    return value
-
-
-ID_NOT_A_BOOLEAN = _Before(_not_a_boolean_id)
+ID_NOT_A_BOOLEAN = _Before(_refusing_booleans("a number or a string"))
 """For an ``Annotated[int | str, ...]`` id."""
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")

@@ -8,7 +8,7 @@ into blocks, host-side inputs and the output layer. ``shape.shape_from_header`` 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from layerfit.errors import EstimationError
 from layerfit.estimators.gguf_reader import ArrayInfo, MetaValue, TensorInfo
@@ -125,6 +125,13 @@ class TensorGroups:
                 self.blocks[0][tensor.name] = tensor
             else:
                 self.inputs[tensor.name] = tensor
+
+    def all(self) -> Iterator[TensorInfo]:
+        """Every tensor of the table: the inputs, the outputs, then block by block."""
+        yield from self.inputs.values()
+        yield from self.outputs.values()
+        for block in self.blocks:
+            yield from block.values()
 
     def block_bytes(self) -> tuple[int, ...]:
         return tuple(sum(t.n_bytes for t in block.values()) for block in self.blocks)

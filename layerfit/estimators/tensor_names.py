@@ -19,11 +19,10 @@ block: false refusals cost more than false acceptances.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from layerfit.errors import EstimationError
-from layerfit.estimators.header_access import BLOCK0_PREFIXES, TensorGroups
+from layerfit.estimators.header_access import TensorGroups
 
 if TYPE_CHECKING:
     from layerfit.estimators.shape import ModelShape
@@ -420,19 +419,11 @@ def created_by(arch: str, name: str) -> bool:
     return full in made or (scaled and (base == "output" or f"{base}.weight" in made))
 
 
-def file_names(tensors: TensorGroups) -> Iterator[str]:
-    """The file's tensor names, as written, from the grouped table."""
-    yield from tensors.inputs
-    yield from tensors.outputs
-    for block, names in enumerate(tensors.blocks):
-        yield from (name if name.startswith(BLOCK0_PREFIXES) else f"blk.{block}.{name}" for name in names)
-
-
 def check_tensor_names(shape: ModelShape, tensors: TensorGroups) -> None:
     """Refuse, naming the tensor, one no llama.cpp loader creates, or (for a modelled architecture) one
     the architecture's loader never creates."""
     arch = shape.architecture
-    for name in file_names(tensors):
+    for name in (tensor.name for tensor in tensors.all()):
         if not known_to_llama_cpp(name):
             problem = "no llama.cpp architecture has a tensor of this name"
         elif not created_by(arch, name):

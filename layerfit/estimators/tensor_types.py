@@ -18,7 +18,6 @@ and matrices in float or quantized types, so this refuses only files made otherw
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from layerfit.errors import EstimationError
@@ -42,7 +41,7 @@ LOOKUP_TABLES = frozenset(
 def check_tensor_types(shape: ModelShape, tensors: TensorGroups) -> None:
     """Refuse, naming the tensor, a norm or bias in a type no backend adds or multiplies with F32
     activations, and a weight matrix in a type no backend multiplies."""
-    for tensor in _tensors(tensors):
+    for tensor in tensors.all():
         problem = type_problem(tensor)
         if problem is not None:
             raise EstimationError(shape.path, tensor.name, problem)
@@ -79,11 +78,3 @@ def multiplied(tensor: TensorInfo) -> bool:
         and not elementwise(tensor.name)
         and "conv" not in tensor.name  # convolutions (SSM, ...): another operation, not measured
     )
-
-
-def _tensors(tensors: TensorGroups) -> Iterator[TensorInfo]:
-    """Every tensor of the grouped table."""
-    yield from tensors.inputs.values()
-    yield from tensors.outputs.values()
-    for block in tensors.blocks:
-        yield from block.values()
