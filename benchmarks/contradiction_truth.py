@@ -1,6 +1,6 @@
 """Run the GGUF files whose metadata contradicts their tensors through llama.cpp and the estimator.
 
-For every case of ``layerfit.estimators.contradiction_fixtures`` (``CONTRADICTIONS``, which llama.cpp
+For every case of ``layerfit.testing.contradiction_fixtures`` (``CONTRADICTIONS``, which llama.cpp
 should refuse, and ``LOADABLE``, which it should run) this writes the sparse file, runs
 ``llama-completion`` on it (CPU, a short context, two tokens; ``llama-embedding`` for encoders) and
 reads it with the estimator, and writes one CSV row: llama.cpp's exit status and error line, the
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from layerfit.errors import EstimationError
 from layerfit.estimators import read_gguf
-from layerfit.estimators.arch_fixtures import ARCH_MODELS
-from layerfit.estimators.contradiction_fixtures import CONTRADICTIONS, LOADABLE, write_contradiction
+from layerfit.testing.arch_fixtures import ARCH_MODELS
+from layerfit.testing.contradiction_fixtures import CONTRADICTIONS, LOADABLE, write_contradiction
 
 COLUMNS = ("case", "model", "llama_exit", "llama_error", "layerfit")
 _ERROR = re.compile(r"(llama_model_load: error loading model: .+|GGML_ASSERT\(.+)")

@@ -21,8 +21,8 @@ from pathlib import Path
 from truth_recording import _binary, _environment, rpc_servers
 
 from layerfit.domain.limits import MAX_DEVICES
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, TOKENIZER, arch_tensor_table
-from layerfit.estimators.synthetic import write_gguf
+from layerfit.testing.arch_fixtures import ARCH_MODELS, TOKENIZER, arch_tensor_table
+from layerfit.testing.synthetic import write_gguf
 
 BLOCKS = 20
 _ERROR = re.compile(r"GGML_ASSERT\(.*\) failed|error while handling argument.*|invalid value.*")

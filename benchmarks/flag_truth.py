@@ -2,7 +2,7 @@
 
 The architecture records (``truth_recording``) keep the defaults apart from ``-c``, ``-ngl``, ``-ts``,
 q8_0 KV and ``-np 2``. This records the other knobs on a few of the architecture models of
-``layerfit.estimators.arch_fixtures``: small, odd, zero (training) and beyond-training contexts;
+``layerfit.testing.arch_fixtures``: small, odd, zero (training) and beyond-training contexts;
 ``-ub`` above the default, not dividing the context, above it; ``-b`` below ``-ub``; ``-np`` not
 dividing the context; q4_0, bf16 and K-only q8_0 caches; ``-fa off``; ``-ngl 0`` beside an rpc
 device; three devices; ``-lm none``; embedding runs of a causal model (``llama-embedding``); and
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from truth_recording import COLUMNS, Config, csv_rows, run_config, write_rows
 
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
-from layerfit.estimators.synthetic import ModelSpec
+from layerfit.testing.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.testing.synthetic import ModelSpec
 
 REFUSED = "refused: "
 """``note`` of a run llama.cpp refused to start, followed by its error line."""

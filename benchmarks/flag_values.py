@@ -1,6 +1,6 @@
 """Record which values llama.cpp accepts for the pass-through options layerfit checks.
 
-For every option of ``layerfit.domain.flag_values.CHECKS`` that ``llama-completion`` knows (the
+For every option of ``layerfit.llamacpp.flag_values.CHECKS`` that ``llama-completion`` knows (the
 server-only ones, ``--port`` and the like, it does not), and every value of a battery of awkward
 ones (signs, spaces, trailing letters, hex, 32-bit limits, subnormal and huge floats, ``inf``,
 ``nan``, empty), runs ``llama-completion OPTION VALUE --version``: llama.cpp parses the options in
@@ -21,7 +21,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from layerfit.domain.flag_values import CHECKS
+from layerfit.llamacpp.flag_values import CHECKS
 
 VALUES = (
     "5", "-5", "0", "+7", " 7", "4x", "x4", "", "7.5", "0x10", "2147483647", "2147483648", "-2147483649",

@@ -41,7 +41,7 @@ from gpustack_diff_compare import compare, describe, documented
 from gpustack_diff_scenarios import scenario
 from gpustack_diff_sides import run_gpustack, run_layerfit
 
-from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
+from layerfit.testing.synthetic import REAL_MODELS, write_gguf
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from gpustack.schemas.models import (
 
 from layerfit.domain import GiB, LlamaParams, MemoryProfile
 from layerfit.estimators.estimate import estimate_profile
-from layerfit.estimators.synthetic import REAL_MODELS
+from layerfit.testing.synthetic import REAL_MODELS
 
 GPU_SIZES = (8, 12, 16, 24, 32, 48, 80)
 RAM_SIZES = (16, 32, 64, 128, 256, 512)

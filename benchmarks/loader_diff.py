@@ -1,6 +1,6 @@
 """Differential of layerfit's GGUF acceptance against llama.cpp's loader, over mutated files.
 
-For each architecture model of ``layerfit.estimators.arch_fixtures.ARCH_MODELS`` (or ``--models``)
+For each architecture model of ``layerfit.testing.arch_fixtures.ARCH_MODELS`` (or ``--models``)
 this writes the model with a small vocabulary and then ``--count`` seeded header-level mutations
 of it (``loader_diff_mutations``: a tensor dropped, added, reshaped or retyped; a hyperparameter
 changed, removed, retyped or made a per-layer array; a tokenizer key missing or of the wrong type),
@@ -41,7 +41,7 @@ from layerfit.domain.choices import ModelKind
 from layerfit.domain.params import LlamaParams
 from layerfit.errors import EstimationError, InputError
 from layerfit.estimators import estimate_profile, read_gguf
-from layerfit.estimators.arch_fixtures import ARCH_MODELS
+from layerfit.testing.arch_fixtures import ARCH_MODELS
 
 COLUMNS = ("index", "model", "kind", "mutation", "llama_exit", "llama_error", "layerfit", "verdict")
 PROMPT = "a a a a"

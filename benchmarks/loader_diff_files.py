@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, TOKENIZER, arch_tensor_table
-from layerfit.estimators.synthetic import TensorSpec, metadata
+from layerfit.testing.arch_fixtures import ARCH_MODELS, TOKENIZER, arch_tensor_table
+from layerfit.testing.synthetic import TensorSpec, metadata
 
 VOCAB = 512
 """Tokens of every written model (the architecture models have 32,000 or 30,522)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from loader_diff_files import GgufModel, Value
 
-from layerfit.estimators.synthetic import TensorSpec
+from layerfit.testing.synthetic import TensorSpec
 
 Q = GGMLQuantizationType
 Mutation = tuple[str, GgufModel]

@@ -1,7 +1,7 @@
 """MoE placement: layers and expert blocks on GPUs, host bytes read per token, per engine.
 
 Profiles of Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss-120b and DeepSeek-V3 (headers from
-``layerfit.estimators.synthetic``, ``-c 8192``) on one worker with GPUs of 8-48 GiB (one, or
+``layerfit.testing.synthetic``, ``-c 8192``) on one worker with GPUs of 8-48 GiB (one, or
 several: ``24+8``) and plenty of RAM. Engines: the planner (heuristic with the MoE stage, then
 CP-SAT placing experts block by block; its status shown), the heuristic alone with the MoE stage
 (the first k expert blocks), and GPUStack's order (``expert_offload=False``: layer-level partial
@@ -28,10 +28,10 @@ from layerfit.domain import Cluster, Deployment, Gpu, LlamaParams, MemoryProfile
 from layerfit.domain.layout import Layout
 from layerfit.estimators import estimate_profile
 from layerfit.estimators.shape import ModelShape, read_gguf
-from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
-from layerfit.experts import with_host_experts
 from layerfit.heuristics.moe import plan_with_experts
-from layerfit.planner import plan
+from layerfit.memory.experts import with_host_experts
+from layerfit.planning.planner import plan
+from layerfit.testing.synthetic import REAL_MODELS, write_gguf
 
 GiB = 1024**3
 MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3")

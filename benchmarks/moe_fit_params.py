@@ -21,10 +21,10 @@ from pathlib import Path
 
 from layerfit.domain import Cluster, Deployment, Gpu, LlamaParams, MemoryProfile, PlannerConfig, Worker
 from layerfit.estimators import RuntimeCosts, estimate_profile
-from layerfit.estimators.arch_fixtures import TOKENIZER, arch_tensor_table
 from layerfit.estimators.shape import read_gguf
-from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
-from layerfit.planner import plan
+from layerfit.planning.planner import plan
+from layerfit.testing.arch_fixtures import TOKENIZER, arch_tensor_table
+from layerfit.testing.synthetic import REAL_MODELS, write_gguf
 
 MiB = 1024**2
 FREE = re.compile(r"RPC0 \([^)]*\) \| +(\d+) = +(\d+) \+")

@@ -22,7 +22,7 @@ from truth_recording import PROMPT, _binary, _environment, rpc_servers
 
 from layerfit.domain import LlamaParams
 from layerfit.estimators import estimate_profile
-from layerfit.estimators.arch_fixtures import write_arch_model
+from layerfit.testing.arch_fixtures import write_arch_model
 
 MODEL = "gpt-oss-mxfp4"
 MiB = 1024**2

@@ -1,6 +1,6 @@
 """Record llama.cpp's real allocations with experts kept on the host (CPU build, RPC emulation).
 
-For the MoE architecture models of ``layerfit.estimators.arch_fixtures`` (qwen3moe, deepseek2 with
+For the MoE architecture models of ``layerfit.testing.arch_fixtures`` (qwen3moe, deepseek2 with
 a dense-first block and a shared expert, gpt-oss with MXFP4 experts) this runs ``llama-completion``
 with one or two CPU ``ggml-rpc-server`` devices under ``--n-cpu-moe``, ``--cpu-moe`` and ``-ot``,
 and writes llama.cpp's own buffer figures in the ground-truth CSV format::
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from truth_recording import Config, csv_rows, run_config, write_rows
 
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.testing.arch_fixtures import ARCH_MODELS, write_arch_model
 
 MODELS = ("qwen3moe-q8_0", "deepseek2-q8_0", "gpt-oss-mxfp4")
 CTX = 2048

@@ -30,8 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from layerfit.domain.expert_flags import DOCUMENTED_OVERRIDES, ExpertFlags
-from layerfit.domain.pattern_cost import anchors, cost_problem, search_core
 from layerfit.estimators.gguf_reader import MAX_TENSORS
 from layerfit.estimators.overrides import (
     SEARCH_BUDGET,
@@ -41,8 +39,10 @@ from layerfit.estimators.overrides import (
     search_cores,
     search_cost,
 )
-from layerfit.estimators.synthetic_catalogue import REAL_MODELS
-from layerfit.estimators.synthetic_spec import tensor_table
+from layerfit.llamacpp.expert_flags import DOCUMENTED_OVERRIDES, ExpertFlags
+from layerfit.llamacpp.pattern_cost import anchors, cost_problem, search_core
+from layerfit.testing.synthetic_catalogue import REAL_MODELS
+from layerfit.testing.synthetic_spec import tensor_table
 
 sys.path.insert(0, str(Path(__file__).parent))
 from override_patterns import random_pattern

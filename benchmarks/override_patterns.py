@@ -1,4 +1,4 @@
-"""The ``-ot`` search bound (``layerfit.domain.pattern_cost``): how long the patterns it accepts take.
+"""The ``-ot`` search bound (``layerfit.llamacpp.pattern_cost``): how long the patterns it accepts take.
 
 Draws random patterns from the portable subset (literals, ``.``, classes, ``\\d``, groups,
 alternations, ``* + ? {m,n}``), keeps those ``cost_problem`` accepts and times one ``re.search``
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from layerfit.domain.pattern_cost import LONGEST_TENSOR_NAME, cost_problem, search_paths
+from layerfit.llamacpp.pattern_cost import LONGEST_TENSOR_NAME, cost_problem, search_paths
 
 ATOMS = ["a", "b", ".", r"\.", "[ab]", r"\d", "[^b]", "1"]
 REFUSED = ["(a+)+$", "(.*)*x", "(a|a)*$", r"(\w|\d)+$", ".*.*.*.*.*.*x"]

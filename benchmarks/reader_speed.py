@@ -22,7 +22,7 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from layerfit.estimators import read_gguf
-from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
+from layerfit.testing.synthetic import REAL_MODELS, write_gguf
 
 TARGET_SECONDS = 0.050
 TARGET_SPEEDUP = 100.0

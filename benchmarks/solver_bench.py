@@ -3,7 +3,7 @@
 Cases come from ``solver_cases.py`` (4 to 1,024 GPUs, 1B-671B models, random switches; and a
 stress set of 1,024 small GPUs where only several workers hold the model). Each case is planned
 three ways, timed apart: the heuristic alone; the solver with the heuristic's layout as its hint
-(its own ``EngineStats`` time, as ``layerfit.planner`` calls it); and ``plan()`` end to end
+(its own ``EngineStats`` time, as ``layerfit.planning.planner`` calls it); and ``plan()`` end to end
 (heuristic, solver, checks and command lines; ``explain=False``, as a scheduler calls it).
 
 Reported per GPU count: p50, p95, p99 and the maximum of each, solver statuses, and how the
@@ -28,7 +28,7 @@ from solver_cases import FULL_STRESS, FULL_SUITE, QUICK_STRESS, QUICK_SUITE, Cas
 
 from layerfit import heuristics
 from layerfit.domain import Layout, Status
-from layerfit.planner import plan
+from layerfit.planning.planner import plan
 from layerfit.solver import solve
 
 SMALL_GPUS = 64

@@ -42,14 +42,15 @@ from fleet_bench import make_cluster, make_deployments
 from fleet_files import fleet_text
 from heuristic_speed import PROFILE as MODEL
 
-from layerfit import heuristics, planner
-from layerfit.deadline import Deadline
+from layerfit import heuristics
+from layerfit.budget.deadline import Deadline
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Executor, Fleet, FleetConfig
 from layerfit.domain.plan import Plan
 from layerfit.fleet import plan_fleet
-from layerfit.io import load_file
+from layerfit.io.documents import load_file
+from layerfit.planning import planner
 
 OVERHEAD_S = 0.75
 """Allowed time beyond the limit (model builds, checks, one strategy step)."""

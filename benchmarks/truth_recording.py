@@ -1,4 +1,4 @@
-"""Record llama.cpp's real allocations for the architecture models (``layerfit.estimators.arch_fixtures``).
+"""Record llama.cpp's real allocations for the architecture models (``layerfit.testing.arch_fixtures``).
 
 For every model of ``ARCH_MODELS`` this writes the sparse file, runs ``llama-completion``
 (``llama-embedding`` for encoders) under a set of configurations and keeps llama.cpp's own figures:
@@ -28,11 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
-from layerfit.estimators.arch_fixtures_recurrent import hybrid_splits
-from layerfit.estimators.arch_fixtures_variants import VARIANT_CONTEXTS, VARIANT_UBATCH
 from layerfit.estimators.llamacpp_log import parse_breakdown
-from layerfit.estimators.synthetic import ModelSpec
+from layerfit.testing.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.testing.arch_fixtures_recurrent import hybrid_splits
+from layerfit.testing.arch_fixtures_variants import VARIANT_CONTEXTS, VARIANT_UBATCH
+from layerfit.testing.synthetic import ModelSpec
 
 COLUMNS = [
     "id",

@@ -43,7 +43,7 @@ from layerfit.domain.layout import Layout
 from layerfit.gpustack import cluster_from_gpustack, config_from_gpustack, deployment_from_gpustack
 from layerfit.gpustack.parser_table import ORDER, ParserTable
 from layerfit.heuristics import plan as heuristic_plan
-from layerfit.planner import plan as planner_plan
+from layerfit.planning.planner import plan as planner_plan
 
 CLASSES = ("single_gpu", "multi_gpu", "distributed", "partial", "cpu_only", "unified", "manual", "ngl", "ts")
 

@@ -1,4 +1,4 @@
-"""Reading a large cluster file: ``layerfit.io.load_file`` against PyYAML's ``yaml.load`` (libyaml's
+"""Reading a large cluster file: ``layerfit.io.documents.load_file`` against PyYAML's ``yaml.load`` (libyaml's
 safe loader) plus the same validation, in the same run.
 
 The cluster is written in the examples' style (block mappings per worker, one flow mapping per GPU,
@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from layerfit.domain import Cluster
-from layerfit.io import load_file, load_model, yaml_loader
+from layerfit.io.documents import load_file, load_model, yaml_loader
 
 
 def cluster_text(megabytes: float) -> str:

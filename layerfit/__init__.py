@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from layerfit.errors import EstimationError, InputError, LayerfitError, SolverError
     from layerfit.fleet import plan_fleet
     from layerfit.memory import claims
-    from layerfit.planner import evaluate, plan
+    from layerfit.planning.planner import evaluate, plan
 
 _HOMES = {
     **dict.fromkeys(
@@ -33,8 +33,8 @@ _HOMES = {
     **dict.fromkeys(("EstimationError", "InputError", "LayerfitError", "SolverError"), "layerfit.errors"),
     "plan_fleet": "layerfit.fleet",
     "claims": "layerfit.memory",
-    "evaluate": "layerfit.planner",
-    "plan": "layerfit.planner",
+    "evaluate": "layerfit.planning.planner",
+    "plan": "layerfit.planning.planner",
 }
 """Where each public name lives. Imported on first use, so that ``import layerfit.cli`` stays fast
 (the solver and fleet planner pull in OR-Tools and pandas)."""

@@ -16,10 +16,10 @@ from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.plan import Plan, Reason, ReasonKind
 from layerfit.domain.profile import MemoryProfile
+from layerfit.domain.selection import selection_reasons, tensor_split_in_force, whole_selection
 from layerfit.errors import expect
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import device_blocks, gpu_layers_flag, used_device_blocks
-from layerfit.selection import selection_reasons, tensor_split_in_force, whole_selection
 
 
 def capacity_reasons(cluster: Cluster, *all_claims: Claims) -> tuple[Reason, ...]:

@@ -14,7 +14,6 @@ from pathlib import Path
 from layerfit.domain import Layout, LlamaParams, MemoryProfile
 from layerfit.domain.choices import ModelKind
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
 from layerfit.estimators.llamacpp_log import (
     HOST,
     DeviceMemory,
@@ -22,8 +21,9 @@ from layerfit.estimators.llamacpp_log import (
     parse_fit_print,
     reported_host_weight_offset,
 )
-from layerfit.estimators.synthetic import GROUND_TRUTH_MODELS, DataMode, ModelSpec, write_gguf
 from layerfit.memory import claims, layout_from_flags
+from layerfit.testing.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.testing.synthetic import GROUND_TRUTH_MODELS, DataMode, ModelSpec, write_gguf
 
 GROUND_TRUTH_DIR = Path(__file__).parent / "gguf_fixtures" / "ground_truth"
 CSV_FILES = ("h200.csv", "cpu-rpc-emulation.csv", "cpu-knobs.csv")

@@ -54,9 +54,9 @@ def ticking_clock(tick_s: float) -> Iterator[None]:
 
 
 def planner_under(emulation: Callable[[], Any]) -> Any:
-    """``mock.patch`` of ``layerfit.planner.plan`` that runs each outermost call under ``emulation()``
+    """``mock.patch`` of ``layerfit.planning.planner.plan`` that runs each outermost call under ``emulation()``
     (a context manager), so that only the single-deployment planner sees it."""
-    from layerfit import planner
+    from layerfit.planning import planner
 
     real = planner.plan
     inside = [False]

@@ -17,9 +17,9 @@ from layerfit import Cluster, Deployment, Fleet, FleetConfig, InputError, Memory
 from layerfit.check import check
 from layerfit.domain import GiB
 from layerfit.estimators import estimate_profile
-from layerfit.io import load_file
+from layerfit.io.documents import load_file
 from layerfit.memory import claims
-from layerfit.planner import evaluate
+from layerfit.planning.planner import evaluate
 
 CLUSTER = load_file(Cluster, Path(__file__).parents[1] / "examples" / "cluster.yaml")
 PROFILE = MemoryProfile.uniform(4, GiB, 0)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from layerfit.domain import Cluster, DeviceAssignment, Gpu, LlamaParams, PlannerConfig, Worker
-from layerfit.domain.builds import (
+from layerfit.domain.config import LlamaCppBuild, OffloadOrder
+from layerfit.errors import InputError
+from layerfit.llamacpp.builds import (
     CURRENT_BUILD,
     FIT,
     FLASH_ATTN_VALUE,
@@ -16,11 +18,9 @@ from layerfit.domain.builds import (
     load_mode_args,
     parse_build,
 )
-from layerfit.domain.config import LlamaCppBuild, OffloadOrder
-from layerfit.errors import InputError
-from layerfit.experts import with_host_experts
-from layerfit.launch import server_command
+from layerfit.llamacpp.launch import server_command
 from layerfit.memory import make_layout
+from layerfit.memory.experts import with_host_experts
 
 CLUSTER = Cluster(
     workers=(

@@ -23,7 +23,7 @@ from layerfit.domain import (
     Worker,
 )
 from layerfit.memory import make_layout
-from layerfit.planner import evaluate
+from layerfit.planning.planner import evaluate
 
 # 10 blocks of 100 (weights 90 + KV 10), output 50, every GPU costs 200 fixed + 0 compute.
 # Full offload on one GPU: 10*100 + 50 + 200 = 1250. Host RAM: 0 at full offload.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from layerfit.cli import EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED, main
-from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
+from layerfit.testing.synthetic import REAL_MODELS, write_gguf
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 CLUSTER = str(EXAMPLES / "cluster.yaml")
@@ -313,7 +313,7 @@ def test_a_closed_pipe_is_no_traceback() -> None:
 def test_yaml_is_read_with_the_c_loader() -> None:
     import yaml
 
-    from layerfit.io import yaml_loader
+    from layerfit.io.documents import yaml_loader
 
     assert yaml.__with_libyaml__  # the CI's PyYAML wheels carry libyaml
     assert yaml_loader() is yaml.CSafeLoader

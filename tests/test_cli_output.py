@@ -200,8 +200,8 @@ def test_estimate_totals_are_the_planner_claims(capsys: pytest.CaptureFixture[st
 
 
 def test_estimate_help_lists_the_llama_cpp_flags_it_reads(capsys: pytest.CaptureFixture[str]) -> None:
-    from layerfit.domain.flag_table import Effect
-    from layerfit.domain.flags import all_flags
+    from layerfit.llamacpp.flag_table import Effect
+    from layerfit.llamacpp.flags import all_flags
 
     assert main(["estimate", "--help"]) == EXIT_PLACED
     out = capsys.readouterr().out

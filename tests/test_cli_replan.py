@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
+from layerfit.budget.progress import LineReporter, LiveReporter, Progress, report, reporting
 from layerfit.cli import EXIT_BAD_INPUT, EXIT_PLACED, main
-from layerfit.progress import LineReporter, LiveReporter, Progress, report, reporting
 
 EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
 FLEET = str(EXAMPLES / "fleet.yaml")
@@ -114,20 +114,20 @@ def test_the_live_display_draws_stage_elapsed_best_bound_and_gap() -> None:
 def test_progress_is_shown_only_on_a_terminal_without_json_or_quiet(
     monkeypatch: pytest.MonkeyPatch, terminal: bool, json_flag: bool, quiet: bool, shown: bool
 ) -> None:
-    import layerfit.progress
+    import layerfit.budget.progress
     from layerfit.cli.inputs import progress_display
 
-    monkeypatch.setattr(layerfit.progress, "stderr_is_terminal", lambda: terminal)
+    monkeypatch.setattr(layerfit.budget.progress, "stderr_is_terminal", lambda: terminal)
     with progress_display(argparse.Namespace(json=json_flag, quiet=quiet), "plan") as on:
         assert on is shown
-        assert layerfit.progress.active() is shown
+        assert layerfit.budget.progress.active() is shown
 
 
 def test_plan_fleet_itself_gives_what_replan_prints(capsys: pytest.CaptureFixture[str]) -> None:
     """A library user gets the command lines, the lost placements and the device use the CLI shows."""
     from layerfit.domain.fleet import Fleet, FleetConfig
     from layerfit.fleet import plan_fleet
-    from layerfit.io import load_file
+    from layerfit.io.documents import load_file
 
     fleet = load_file(Fleet, FLEET)
     plan = plan_fleet(fleet, FleetConfig(time_limit_s=5.0))

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from fixtures_gguf import write_tiny
 
-from layerfit.context import ctx_bounds, ctx_candidates
 from layerfit.domain import Cluster, Deployment, Gpu, MemoryProfile, PlannerConfig, RoleCosts, Worker
 from layerfit.errors import InputError
-from layerfit.planner import plan
+from layerfit.planning.context_range import ctx_bounds, ctx_candidates
+from layerfit.planning.planner import plan
 
 CONFIG = PlannerConfig(time_limit_s=5)
 # 4 blocks of 100 and KV 1 per 256 tokens of context at 8192 (the profile's ctx): 32 each.
@@ -104,8 +104,8 @@ def test_auto_shrinks_the_context_before_any_layer_leaves_the_gpu(tmp_path: Path
 def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> None:
     # The bisection compares plans at several contexts; one cut by the wall clock (its safety stop)
     # may have decided the choice, although the plan chosen was not cut: the context stage says so
-    from layerfit.context import plan_context
-    from layerfit.planner import time_cuts
+    from layerfit.planning.context_range import plan_context
+    from layerfit.planning.planner import time_cuts
 
     deployment = Deployment(name="m", profile=PROFILE, ctx_min=1000, ctx_max=16384)
     base = deployment.model_copy(update={"ctx_min": None, "ctx_max": None})

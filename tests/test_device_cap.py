@@ -40,7 +40,7 @@ from layerfit.domain.limits import MAX_DEVICES
 from layerfit.errors import InputError
 from layerfit.fleet import plan_fleet
 from layerfit.memory import gpu_layers_flag
-from layerfit.planner import evaluate, plan
+from layerfit.planning.planner import evaluate, plan
 from layerfit.solver import solve
 
 P40 = MemoryProfile.uniform(40, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)

@@ -134,8 +134,8 @@ def test_a_device_given_no_layer_holds_nothing_but_counts_for_the_pipeline(run: 
     from fixtures_gguf import interpret
 
     from layerfit.domain.profile import DeviceRole
-    from layerfit.experts import with_host_experts
     from layerfit.memory import device_compute_bytes, is_partial, keeps_scan, main_host_overhead, range_kinds
+    from layerfit.memory.experts import with_host_experts
 
     shape = read_gguf(str(files[run.model]))
     interpretation = interpret(run, shape.block_count)

@@ -1,7 +1,7 @@
 """The estimator against llama.cpp for every architecture it models (CPU build, rpc-server devices).
 
 ``gguf_fixtures/ground_truth/cpu-architectures*.csv`` hold llama.cpp's real buffers for the small
-models of ``layerfit.estimators.arch_fixtures`` (recorded with ``benchmarks/llamacpp_truth.py
+models of ``layerfit.testing.arch_fixtures`` (recorded with ``benchmarks/llamacpp_truth.py
 --record``). Here each model is rebuilt header-only, each run's flags become the layout
 llama.cpp built, and ``memory.claims`` must match per device (rpc-servers and the host): weights
 and KV within 1 % or 1 MiB, compute buffers within 10 % or 16 MiB. Figures that cannot be
@@ -29,14 +29,14 @@ from gguf import Keys
 from layerfit.domain import LlamaParams
 from layerfit.domain.profile import DeviceRole, MemoryProfile
 from layerfit.estimators import RuntimeCosts, estimate_profile
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, arch_tensor_table
-from layerfit.estimators.arch_fixtures_recurrent import hybrid_splits
 from layerfit.estimators.architectures import KNOWN_ARCHITECTURES, effective_window
 from layerfit.estimators.compute import activations
 from layerfit.estimators.kv import geometry
 from layerfit.estimators.shape import read_gguf
-from layerfit.estimators.synthetic import write_gguf
 from layerfit.memory import device_compute_bytes
+from layerfit.testing.arch_fixtures import ARCH_MODELS, arch_tensor_table
+from layerfit.testing.arch_fixtures_recurrent import hybrid_splits
+from layerfit.testing.synthetic import write_gguf
 
 RUNS = load_runs(GROUND_TRUTH_DIR, ARCH_CSVS)
 TOLERANCE = {"weights": (0.01, 1.0), "kv": (0.01, 1.0), "compute": (0.10, 16.0)}

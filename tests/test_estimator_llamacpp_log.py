@@ -18,8 +18,8 @@ from layerfit.estimators.llamacpp_log import (
     parse_memory,
     reported_host_weight_offset,
 )
-from layerfit.estimators.synthetic import GROUND_TRUTH_MODELS, write_gguf
 from layerfit.memory import layout_from_flags
+from layerfit.testing.synthetic import GROUND_TRUTH_MODELS, write_gguf
 
 COMPLETION_LOG = """\
 load_tensors: offloading output layer to GPU

@@ -13,8 +13,8 @@ from gguf import GGUFWriter
 from layerfit.domain import Deployment, LlamaParams, MemoryProfile, ModelKind
 from layerfit.errors import EstimationError, InputError
 from layerfit.estimators import RuntimeCosts, estimate_profile, profile_for, read_gguf, resolve_settings
-from layerfit.estimators.arch_fixtures import arch_tensor_table
-from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
+from layerfit.testing.arch_fixtures import arch_tensor_table
+from layerfit.testing.synthetic import REAL_MODELS, write_gguf
 
 MiB = 1024**2
 SSM = {"ssm_inner_size": 512, "ssm_state_size": 16, "ssm_conv_kernel": 4, "ssm_group_count": 1, "ssm_head_count": 8}

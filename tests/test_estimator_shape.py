@@ -9,8 +9,8 @@ import pytest
 from fixtures_gguf import tiny_spec, write_tiny
 
 from layerfit.estimators import read_gguf
-from layerfit.estimators.arch_fixtures import arch_tensor_table
-from layerfit.estimators.synthetic import REAL_MODELS, tensor_table, write_gguf
+from layerfit.testing.arch_fixtures import arch_tensor_table
+from layerfit.testing.synthetic import REAL_MODELS, tensor_table, write_gguf
 
 MiB = 1024**2
 

@@ -9,7 +9,10 @@ import pytest
 from fixtures_gguf import write_tiny
 
 from layerfit.domain import LlamaParams
-from layerfit.domain.expert_flags import (
+from layerfit.errors import InputError
+from layerfit.estimators import estimate_profile
+from layerfit.estimators.shape import read_gguf
+from layerfit.llamacpp.expert_flags import (
     DOCUMENTED_OVERRIDES,
     EXPERTS_PATTERN,
     MAX_OVERRIDES,
@@ -19,10 +22,7 @@ from layerfit.domain.expert_flags import (
     expert_flags,
     parse_expert_flags,
 )
-from layerfit.domain.pattern_cost import MAX_SEARCH_PATHS, search_paths
-from layerfit.errors import InputError
-from layerfit.estimators import estimate_profile
-from layerfit.estimators.shape import read_gguf
+from layerfit.llamacpp.pattern_cost import MAX_SEARCH_PATHS, search_paths
 
 MOE = {"architecture": "qwen3moe", "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 128}
 

@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from layerfit.domain import DeviceAssignment, Layout
-from layerfit.domain.expert_flags import parse_expert_flags
 from layerfit.estimators import overrides
 from layerfit.estimators.shape import ModelShape, read_gguf
-from layerfit.expert_launch import expert_args, numbers_pattern
-from layerfit.experts import with_host_experts
+from layerfit.llamacpp.expert_flags import parse_expert_flags
+from layerfit.llamacpp.expert_launch import expert_args, numbers_pattern
 from layerfit.memory import make_layout
+from layerfit.memory.experts import with_host_experts
 
 N_BLOCKS = 24
 DENSE_FIRST = 2

@@ -18,9 +18,9 @@ from layerfit.domain import (
     RoleCosts,
     Worker,
 )
-from layerfit.experts import first_expert_blocks, profile_with_host_experts, with_host_experts
 from layerfit.memory import claims, make_layout
-from layerfit.planner import plan
+from layerfit.memory.experts import first_expert_blocks, profile_with_host_experts, with_host_experts
+from layerfit.planning.planner import plan
 
 
 def role(fixed: int, full: int, partial: int, multi: int) -> RoleCosts:

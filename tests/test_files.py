@@ -1,4 +1,4 @@
-"""layerfit.files: the one rule for input files (regular files only, opened without waiting)."""
+"""layerfit.io.files: the one rule for input files (regular files only, opened without waiting)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from layerfit.files import not_regular, open_regular
+from layerfit.io.files import not_regular, open_regular
 
 
 def test_each_kind_of_file_is_named() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from layerfit.domain import LlamaParams
-from layerfit.domain.flag_values import CHECKS
-from layerfit.domain.flags import all_flags
 from layerfit.errors import InputError
+from layerfit.llamacpp.flag_values import CHECKS
+from layerfit.llamacpp.flags import all_flags
 
 RECORDED = Path(__file__).parent / "fixtures" / "flag_values.csv"
 

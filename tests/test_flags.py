@@ -13,13 +13,13 @@ from pydantic import ValidationError
 
 from layerfit.cli import EXIT_BAD_INPUT, main
 from layerfit.domain import Deployment, LlamaParams, ModelKind
-from layerfit.domain.flags import Effect, all_flags, closest_flag, lookup
 from layerfit.domain.params import _CONVERTERS, ALL_LAYERS, EXPERT_FLAGS
 from layerfit.errors import InputError
 from layerfit.estimators import estimate_profile, read_gguf
-from layerfit.estimators.synthetic import REAL_MODELS, write_gguf
 from layerfit.gpustack import deployment_from_gpustack
-from layerfit.io import load_model
+from layerfit.io.documents import load_model
+from layerfit.llamacpp.flags import Effect, all_flags, closest_flag, lookup
+from layerfit.testing.synthetic import REAL_MODELS, write_gguf
 
 CLUSTER = str(Path(__file__).parent.parent / "examples" / "cluster.yaml")
 

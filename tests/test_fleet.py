@@ -23,8 +23,8 @@ from layerfit.domain import (
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement
 from layerfit.errors import InputError
 from layerfit.fleet import choose, priority_weights, valid_candidates
-from layerfit.io import load_model
-from layerfit.layouts import single_gpu_layouts
+from layerfit.io.documents import load_model
+from layerfit.planning.layouts import single_gpu_layouts
 
 CONFIG = FleetConfig(time_limit_s=5.0, executor="serial", num_search_workers=1)
 PLANNER = PlannerConfig()

@@ -10,7 +10,7 @@ import pytest
 from fleet_builders import cluster_of
 
 from layerfit import heuristics
-from layerfit.deadline import Deadline
+from layerfit.budget.deadline import Deadline
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, PlannerConfig, ReasonKind, Status, Worker
 from layerfit.domain.fleet import MAXIMISED_TIERS, Fleet, FleetConfig, FleetPlan
 from layerfit.errors import SolverError

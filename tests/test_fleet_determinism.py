@@ -8,9 +8,10 @@ import pytest
 from fleet_builders import alike_gpus_fleet
 from load_emulation import planner_under, ticking_clock
 
+from layerfit.budget import fleet as budget
 from layerfit.domain import PlannerConfig, ReasonKind
 from layerfit.domain.fleet import Executor, Fleet, FleetConfig, FleetPlan
-from layerfit.fleet import budget, plan_fleet
+from layerfit.fleet import plan_fleet
 
 PLANNER = PlannerConfig(time_limit_s=2.0, num_search_workers=1)
 CONFIG = FleetConfig(time_limit_s=60.0, processes=2, num_search_workers=1)
@@ -60,7 +61,7 @@ def test_the_plan_says_when_the_safety_stop_fired(monkeypatch: pytest.MonkeyPatc
 def test_a_cp_sat_solve_stopped_by_the_clock_is_a_safety_stop() -> None:
     from ortools.sat.python import cp_model
 
-    from layerfit.deadline import Deadline
+    from layerfit.budget.deadline import Deadline
 
     model = cp_model.CpModel()
     xs = [model.new_int_var(0, 40, f"x{i}") for i in range(40)]
@@ -120,8 +121,8 @@ def test_the_plan_says_when_parallel_search_may_change_it() -> None:
 
 
 def test_a_later_safety_stop_joins_those_the_plan_names() -> None:
+    from layerfit.budget.fleet import safety_reason, with_safety_stop
     from layerfit.domain import EngineStats, Status
-    from layerfit.fleet.budget import safety_reason, with_safety_stop
 
     stats = EngineStats(engine="fleet", wall_time_s=0.0, status=Status.FEASIBLE, details={"safety_stops": "a, b"})
     plan = FleetPlan(status=Status.FEASIBLE, stats=(stats,), reasons=(safety_reason(["a", "b"]),))

@@ -83,7 +83,7 @@ class _Started(Exception):
 def test_replan_starts_ray_before_its_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray's start (2.5 s idle on two cores) inside the limit left the example fleet's plan at
     --time-limit 3 no time for its stages (the greedy start); it comes before the clock now."""
-    from layerfit.deadline import Deadline
+    from layerfit.budget.deadline import Deadline
     from layerfit.fleet import executors
 
     events: list[str] = []

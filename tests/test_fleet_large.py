@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.fleet import COLUMN_S, Budget
 from layerfit.check import capacity_reasons
-from layerfit.deadline import Deadline
 from layerfit.domain import (
     Cluster,
     Deployment,
@@ -30,7 +31,6 @@ from layerfit.domain.layout import Claims
 from layerfit.errors import SolverError
 from layerfit.fleet import colgen, generate_candidates, order_moves, plan_fleet, pricing_bound
 from layerfit.fleet import plan as fleet_plan
-from layerfit.fleet.budget import COLUMN_S, Budget
 from layerfit.fleet.candidates import Allowance, budgeted_candidates, identical_groups
 from layerfit.fleet.colgen import ColumnGeneration
 from layerfit.fleet.generate import single_quotas

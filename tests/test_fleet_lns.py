@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fleet import CONFIG, PLANNER, model, worker
 
-from layerfit.deadline import Deadline
+from layerfit.budget.deadline import Deadline
 from layerfit.domain import Cluster, Deployment
 from layerfit.domain.fleet import Fleet
 from layerfit.domain.layout import Layout
@@ -18,7 +18,7 @@ from layerfit.fleet.greedy import greedy
 from layerfit.fleet.lns import footprint, improve_footprint
 from layerfit.fleet.master import Counts, Master
 from layerfit.fleet.tiers import solve_tiers
-from layerfit.layouts import single_gpu_layouts
+from layerfit.planning.layouts import single_gpu_layouts
 
 
 def master_of(fleet: Fleet, pins: dict[str, Counter[Layout]] | None = None) -> Master:

@@ -30,7 +30,7 @@ from layerfit.domain.fleet import Executor, Fleet, FleetConfig
 from layerfit.fleet import plan_fleet
 from layerfit.fleet.pricing import Prices, claim_value, price, priced_model
 from layerfit.memory import claims, make_layout
-from layerfit.solver.scale import MAX_SCALED, RADIX, add_at_most, largest_number
+from layerfit.solver.model.scale import MAX_SCALED, RADIX, add_at_most, largest_number
 
 CONFIG = FleetConfig(time_limit_s=30.0, executor=Executor.SERIAL, num_search_workers=1)
 PLANNER = PlannerConfig(time_limit_s=5.0)

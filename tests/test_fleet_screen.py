@@ -30,7 +30,7 @@ from layerfit.domain.fleet import (
 )
 from layerfit.domain.plan import ReasonKind
 from layerfit.fleet import plan_fleet
-from layerfit.io import load_file
+from layerfit.io.documents import load_file
 from layerfit.memory import claims as compute_claims
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "fleet.yaml"

@@ -75,7 +75,7 @@ def test_estimate_imports_no_gguf_numpy_or_solver(tmp_path: Path) -> None:
     assert "importlib.metadata" not in loaded  # pydantic's plugin loader stands aside (cli._without_plugin_scan)
     unused = {"layerfit.domain.cluster", "layerfit.domain.deployment", "layerfit.domain.config", "yaml"}
     assert loaded & unused == set()  # models an estimate does not need are not even built
-    checks = {"layerfit.domain.flag_values", "layerfit.domain.pattern_cost"}
+    checks = {"layerfit.llamacpp.flag_values", "layerfit.llamacpp.pattern_cost"}
     assert loaded & checks == set()  # pass-through values and -ot patterns are checked only when given
     other_commands = {f"layerfit.cli.{name}" for name in ("plan", "replan", "examples", "schema")}
     assert loaded & other_commands == set()  # only the subcommand that runs builds its options

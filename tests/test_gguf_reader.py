@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from layerfit.errors import EstimationError
 from layerfit.estimators import ArrayInfo, estimate_profile, gguf_cursor, read_gguf, read_header
-from layerfit.estimators.synthetic import set_version, write_gguf
+from layerfit.testing.synthetic import set_version, write_gguf
 
 STRING, UINT32, ARRAY = GGUFValueType.STRING, GGUFValueType.UINT32, GGUFValueType.ARRAY
 F32, Q4_0 = int(GGMLQuantizationType.F32), int(GGMLQuantizationType.Q4_0)

@@ -28,7 +28,7 @@ from layerfit.gpustack.messages import gpustack_text
 from layerfit.gpustack.parser_table import table_rows
 from layerfit.gpustack.resources import allocated_by_instances
 from layerfit.memory import make_layout
-from layerfit.planner import evaluate
+from layerfit.planning.planner import evaluate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 WORKERS = json.loads((FIXTURES / "gpustack_workers.json").read_text())

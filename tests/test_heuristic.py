@@ -46,7 +46,7 @@ from layerfit.errors import LayerfitError
 from layerfit.gpustack.messages import gpustack_messages
 from layerfit.heuristics import plan
 from layerfit.heuristics.notes import Action
-from layerfit.planner import plan as planner_plan
+from layerfit.planning.planner import plan as planner_plan
 
 PROFILE = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200, host_fixed_bytes=100)
 

@@ -11,10 +11,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from layerfit import io
 from layerfit.domain import Cluster
 from layerfit.errors import InputError
-from layerfit.io import load_file, parse_yaml, yaml_loader
+from layerfit.io import documents as io
+from layerfit.io.documents import load_file, parse_yaml, yaml_loader
 
 
 def pyyaml(text: str) -> Any:

@@ -14,7 +14,7 @@ from gguf import GGUFValueType as T
 from layerfit.cli import EXIT_BAD_INPUT, main
 from layerfit.errors import EstimationError
 from layerfit.estimators import read_gguf, read_header
-from layerfit.estimators.synthetic import NO_TOKENIZER, REAL_MODELS, write_gguf
+from layerfit.testing.synthetic import NO_TOKENIZER, REAL_MODELS, write_gguf
 
 Change = dict[str, tuple[T, object, T | None] | None]
 

@@ -18,7 +18,7 @@ from layerfit.domain import (
     PlannerConfig,
     Worker,
 )
-from layerfit.launch import CUDA_ORDER, commands
+from layerfit.llamacpp.launch import CUDA_ORDER, commands
 from layerfit.memory import layout_from_flags, make_layout
 
 CLUSTER = Cluster(

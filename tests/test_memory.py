@@ -187,7 +187,7 @@ def test_a_multi_device_full_offload_without_pipeline_parallelism() -> None:
     """With pipeline parallelism off (a tensor override), two devices each cost their partial-offload
     buffer and no input copies, and the host its single-device buffer; the solver's costs follow."""
     from layerfit.memory import device_compute_bytes, main_host_overhead_bytes
-    from layerfit.solver.costs import memory_costs
+    from layerfit.solver.model.costs import memory_costs
 
     compute = ComputeBuffer(full_offload_bytes=100, partial_offload_bytes=300, multi_device_bytes=200)
     pipelined = MemoryProfile.uniform(

@@ -9,9 +9,9 @@ import pytest
 from layerfit.domain import DeviceAssignment, Layout, LlamaParams, MemoryProfile
 from layerfit.domain.profile import ComputeBuffer, DeviceRole, KindsCompute, RoleCosts
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_gguf
-from layerfit.estimators.arch_fixtures import write_arch_model
 from layerfit.estimators.layer_kinds import LayerKind, layer_kinds, range_unions, scan_crossings
 from layerfit.memory import claims, device_compute_bytes, keeps_scan, kinds_entry, range_kinds
+from layerfit.testing.arch_fixtures import write_arch_model
 
 MiB = 1024**2
 CPU = RuntimeCosts(backend="cpu", default_slots=1)

@@ -24,10 +24,10 @@ from layerfit.domain import (
     Status,
     Worker,
 )
-from layerfit.experts import with_host_experts
 from layerfit.heuristics.moe import plan_with_experts
 from layerfit.memory import claims, make_layout
-from layerfit.planner import plan
+from layerfit.memory.experts import with_host_experts
+from layerfit.planning.planner import plan
 
 CONFIG = PlannerConfig(time_limit_s=5)
 
@@ -77,9 +77,9 @@ def test_a_search_over_expert_counts_stopped_by_a_limit_says_truncated(
     # The bisection over expert counts stops with the best so far when its work budget is spent
     # (truncated 'work': the same on every run) or at its safety stop (also in safety_stops: another
     # run may try more counts)
-    from layerfit.deadline import Deadline
+    from layerfit.budget.deadline import Deadline
+    from layerfit.budget.work import Work
     from layerfit.heuristics import moe
-    from layerfit.work import Work
 
     profile, cluster = moe_profile(), one_gpu_cluster(2000)
     deployment = Deployment(name="m", profile=profile)

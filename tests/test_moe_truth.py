@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from fixtures_gguf import GROUND_TRUTH_DIR, Comparison, Run, interpret, load_runs
 
-from layerfit.domain.expert_flags import expert_flags
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
 from layerfit.estimators import overrides as tensor_overrides
-from layerfit.estimators.arch_fixtures import write_arch_model
 from layerfit.estimators.llamacpp_log import HOST, reported_host_weight_offset
-from layerfit.experts import with_host_experts
+from layerfit.llamacpp.expert_flags import expert_flags
 from layerfit.memory import claims, main_host_overhead_bytes
+from layerfit.memory.experts import with_host_experts
+from layerfit.testing.arch_fixtures import write_arch_model
 
 MiB = 1024**2
 RUNS = load_runs(GROUND_TRUTH_DIR, ("cpu-moe.csv",))

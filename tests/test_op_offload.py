@@ -18,9 +18,9 @@ from layerfit.domain.layout import Layout
 from layerfit.estimators import RuntimeCosts, read_gguf
 from layerfit.estimators.report import estimate_report, estimate_table
 from layerfit.estimators.shape import ModelShape
-from layerfit.io import load_file
+from layerfit.io.documents import load_file
 from layerfit.memory import claims, layout_from_flags
-from layerfit.planner import plan
+from layerfit.planning.planner import plan
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

@@ -12,22 +12,22 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from layerfit.domain import LlamaParams
-from layerfit.domain.expert_flags import (
+from layerfit.errors import InputError
+from layerfit.estimators import estimate_profile
+from layerfit.estimators.header_access import BLOCK_PREFIX
+from layerfit.estimators.overrides import SEARCH_BUDGET, resolve, search_cost
+from layerfit.estimators.shape import read_gguf
+from layerfit.llamacpp.expert_flags import (
     DOCUMENTED_OVERRIDES,
     EXPERTS_PATTERN,
     ExpertFlags,
     expert_block_pattern,
     match_expert_name,
 )
-from layerfit.domain.pattern_cost import anchors, names_paths, search_core, search_paths
-from layerfit.errors import InputError
-from layerfit.estimators import estimate_profile
-from layerfit.estimators.header_access import BLOCK_PREFIX
-from layerfit.estimators.overrides import SEARCH_BUDGET, resolve, search_cost
-from layerfit.estimators.shape import read_gguf
-from layerfit.estimators.synthetic import write_gguf
-from layerfit.estimators.synthetic_catalogue import REAL_MODELS
-from layerfit.estimators.synthetic_spec import F32, TensorSpec, tensor_table
+from layerfit.llamacpp.pattern_cost import anchors, names_paths, search_core, search_paths
+from layerfit.testing.synthetic import write_gguf
+from layerfit.testing.synthetic_catalogue import REAL_MODELS
+from layerfit.testing.synthetic_spec import F32, TensorSpec, tensor_table
 
 MOE = {"architecture": "qwen3moe", "expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 8}
 PIECES = ["blk.", "blk", "lk.", ".", "0", "1", "3", "9", "10", "01", "007", "512", ".ffn_", "ffn_", "up", "down"]
@@ -161,7 +161,7 @@ def by_regexes(path: Path, flags: ExpertFlags) -> tuple[int, ...]:
 def test_many_tensors_and_blocks_give_what_the_regexes_give(tmp_path: Path, args: list[str]) -> None:
     path = crafted(tmp_path, blocks=64, tensors=8192)
     params = LlamaParams.from_args(args)
-    from layerfit.domain.expert_flags import expert_flags
+    from layerfit.llamacpp.expert_flags import expert_flags
 
     resolved = resolve(read_gguf(str(path)), expert_flags(params))
     assert resolved.block_bytes == by_regexes(path, expert_flags(params))

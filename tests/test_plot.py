@@ -11,10 +11,10 @@ import pytest
 
 from layerfit.cli import EXIT_NO_FIT, EXIT_PLACED, main
 from layerfit.domain import Cluster, Deployment, Layout
-from layerfit.io import load_file
+from layerfit.io.documents import load_file
+from layerfit.io.plot import axis_ticks, bars
 from layerfit.memory import claims
-from layerfit.planner import resolve_profile
-from layerfit.plot import axis_ticks, bars
+from layerfit.planning.planner import resolve_profile
 
 EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
 CLUSTER = str(EXAMPLES / "cluster.yaml")

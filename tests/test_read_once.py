@@ -14,9 +14,9 @@ from layerfit.cli import EXIT_PLACED, main
 from layerfit.domain import Cluster, Deployment, PlannerConfig
 from layerfit.estimators.gguf_reader import GgufHeader
 from layerfit.estimators.shape import read_gguf
-from layerfit.files import reading_once
-from layerfit.io import load_file
-from layerfit.planner import plan
+from layerfit.io.documents import load_file
+from layerfit.io.files import reading_once
+from layerfit.planning.planner import plan
 
 EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
 

@@ -12,15 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_heuristic_properties import clusters, profiles
 
-from layerfit import heuristics, planner
+from layerfit import heuristics
 from layerfit.check import check_layout
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, LlamaParams, MemoryProfile, PlannerConfig, Worker
 from layerfit.domain.fleet import Fleet
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import ReasonKind
+from layerfit.domain.selection import tensor_split_in_force
 from layerfit.fleet import plan_fleet
 from layerfit.memory import device_blocks
-from layerfit.selection import tensor_split_in_force
+from layerfit.planning import planner
 
 CONFIG = PlannerConfig(time_limit_s=2.0)
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from layerfit.domain import LlamaParams
-from layerfit.domain.shell_words import MAX_ARGUMENT_BYTES, MAX_PARAMETER_BYTES, MAX_WORDS, split_words
 from layerfit.errors import InputError
+from layerfit.llamacpp.shell_words import MAX_ARGUMENT_BYTES, MAX_PARAMETER_BYTES, MAX_WORDS, split_words
 
 
 def shlex_words(text: str) -> list[str]:

@@ -33,11 +33,11 @@ from layerfit.domain import (
 from layerfit.errors import SolverError
 from layerfit.memory import claims, make_layout
 from layerfit.solver import SolveResult, layout_is_feasible_in_model, solve
-from layerfit.solver import runner as solver_runner
-from layerfit.solver.bounds import device_blocks, ordered_layers
-from layerfit.solver.instance import SlotKind, build_instance
-from layerfit.solver.prune import prune_dominated
-from layerfit.solver.scale import MAX_SCALED, choose_scale
+from layerfit.solver.model import runner as solver_runner
+from layerfit.solver.model.capacity import device_blocks, ordered_layers
+from layerfit.solver.model.instance import SlotKind, build_instance
+from layerfit.solver.model.scale import MAX_SCALED, choose_scale
+from layerfit.solver.shortcuts.prune import prune_dominated
 
 P = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)
 
@@ -468,8 +468,8 @@ def test_invalid_model_raises_solver_error_naming_the_deployment(monkeypatch: py
         built.model.add(huge * 2**62 + huge * 2**62 >= 1)  # overflows: CP-SAT rejects the model
         return real_run(built, config, time_limit_s, measure, **options)
 
-    for module in ("search", "steps", "tie_break_stage"):
-        monkeypatch.setattr(f"layerfit.solver.{module}.run", broken)
+    for module in ("solve", "steps", "tie_break_stage"):
+        monkeypatch.setattr(f"layerfit.solver.search.{module}.run", broken)
     with pytest.raises(SolverError, match="deployment m"):
         run(THREE_WORKERS, deployment())
 

@@ -33,10 +33,10 @@ from layerfit.domain import (
     RoleCosts,
     Worker,
 )
-from layerfit.solver.gpu_count import ORDER_VALUES, coarse_rooms, fewest_gpus
-from layerfit.solver.instance import build_instance
-from layerfit.solver.layer_bound import layers_upper_bound, may_reach, most_layers
-from layerfit.solver.proofs import mains_reaching
+from layerfit.solver.model.instance import build_instance
+from layerfit.solver.shortcuts.gpu_count import ORDER_VALUES, coarse_rooms, fewest_gpus
+from layerfit.solver.shortcuts.layer_bound import layers_upper_bound, may_reach, most_layers
+from layerfit.solver.shortcuts.proofs import mains_reaching
 
 
 @settings(SLOW, max_examples=200)

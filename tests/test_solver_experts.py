@@ -1,4 +1,4 @@
-"""The CP-SAT model places experts block by block (``layerfit.solver.expert_costs``).
+"""The CP-SAT model places experts block by block (``layerfit.solver.model.expert_costs``).
 
 * Over two devices the first ``k`` blocks are not the best set: the model finds a better one.
 * On tiny instances every layout and every set of host-expert blocks is enumerated: the solver's
@@ -33,13 +33,13 @@ from layerfit.domain import (
     Status,
     Worker,
 )
-from layerfit.experts import experts_are_a_decision, with_host_experts
 from layerfit.heuristics.moe import plan_with_experts
 from layerfit.memory import claims
-from layerfit.planner import plan
+from layerfit.memory.experts import experts_are_a_decision, with_host_experts
+from layerfit.planning.planner import plan
 from layerfit.solver import SolveResult, solve
-from layerfit.solver.expert_search import expert_tier_key
-from layerfit.solver.objective import placement_score
+from layerfit.solver.model.objective import placement_score
+from layerfit.solver.search.expert_search import expert_tier_key
 
 CONFIG = PlannerConfig(time_limit_s=10)
 

@@ -22,16 +22,18 @@ from test_solver_properties import SLOW, assert_valid, clusters, configs, profil
 from test_solver_witness import shared_clusters
 
 from layerfit import heuristics
+from layerfit.budget.work import Work
 from layerfit.check import check_layout
 from layerfit.domain import Cluster, Deployment, Layout, MemoryProfile, MiB, PlannerConfig, Status
-from layerfit.solver import runner, solve, steps, tie_break_stage
-from layerfit.solver.build import build_model
-from layerfit.solver.decode import decision_values
-from layerfit.solver.instance import build_instance
-from layerfit.solver.progress import Measure
-from layerfit.solver.runner import Run
-from layerfit.solver.tie_break_stage import tie_break_value
-from layerfit.work import Work
+from layerfit.solver import solve
+from layerfit.solver.model import runner
+from layerfit.solver.model.build import build_model
+from layerfit.solver.model.decode import decision_values
+from layerfit.solver.model.instance import build_instance
+from layerfit.solver.model.progress import Measure
+from layerfit.solver.model.runner import Run
+from layerfit.solver.search import steps, tie_break_stage
+from layerfit.solver.search.tie_break_stage import tie_break_value
 
 _real_run = runner.run
 _real_solver_for = runner.solver_for

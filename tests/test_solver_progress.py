@@ -7,10 +7,10 @@ import re
 
 import pytest
 
+from layerfit.budget.progress import LineReporter, reporting
 from layerfit.domain import Cluster, Deployment, Gpu, MemoryProfile, PlannerConfig, Policy, Worker
-from layerfit.progress import LineReporter, reporting
 from layerfit.solver import solve
-from layerfit.solver.progress import Tier, tiered_progress
+from layerfit.solver.model.progress import Tier, tiered_progress
 
 TIERS = (
     Tier("layers on GPUs", "layers", 0, 100, True, 0, 20),
@@ -74,12 +74,12 @@ def test_a_solve_reports_in_layers_workers_gpus_and_tie_break_units(policy: Poli
 
 def test_the_strict_solve_reports_each_tier_in_its_units() -> None:
     """The weighted strict solve (run when the per-worker-count search cannot settle a layout)."""
-    from layerfit.solver.build import build_model
-    from layerfit.solver.instance import build_instance
-    from layerfit.solver.objective import strict_tiers
-    from layerfit.solver.progress import strict_measure
-    from layerfit.solver.runner import run
-    from layerfit.work import Work
+    from layerfit.budget.work import Work
+    from layerfit.solver.model.build import build_model
+    from layerfit.solver.model.instance import build_instance
+    from layerfit.solver.model.objective import strict_tiers
+    from layerfit.solver.model.progress import strict_measure
+    from layerfit.solver.model.runner import run
 
     profile = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)
     deployment = Deployment(name="m", profile=profile, distributed_inference_across_workers=True)

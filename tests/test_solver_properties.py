@@ -40,12 +40,12 @@ from layerfit.domain import (
 )
 from layerfit.memory import claims
 from layerfit.solver import SolveResult, layout_is_feasible_in_model, solve
-from layerfit.solver.alternatives import twin_alternatives
-from layerfit.solver.candidates import incumbent_of
-from layerfit.solver.instance import build_instance
-from layerfit.solver.objective import placement_score
-from layerfit.solver.proofs import capacity_infeasibility, single_gpu_answer
-from layerfit.solver.scale import tie_break_unit
+from layerfit.solver.model.candidates import incumbent_of
+from layerfit.solver.model.instance import build_instance
+from layerfit.solver.model.objective import placement_score
+from layerfit.solver.model.scale import tie_break_unit
+from layerfit.solver.search.alternatives import twin_alternatives
+from layerfit.solver.shortcuts.proofs import capacity_infeasibility, single_gpu_answer
 
 # ---------------------------------------------------------------------------------------------
 # Strategies

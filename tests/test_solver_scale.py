@@ -25,8 +25,8 @@ from layerfit.domain import (
     Worker,
 )
 from layerfit.solver import solve
-from layerfit.solver.instance import build_instance
-from layerfit.solver.scale import MAX_SCALED
+from layerfit.solver.model.instance import build_instance
+from layerfit.solver.model.scale import MAX_SCALED
 
 NONE = RoleCosts(fixed_bytes=0, compute=ComputeBuffer(full_offload_bytes=0, partial_offload_bytes=0))
 PROFILE = MemoryProfile(

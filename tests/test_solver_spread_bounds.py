@@ -21,9 +21,9 @@ from test_solver_properties import SLOW, all_layouts, clusters, profiles
 from layerfit.check import check_layout, unified_workers
 from layerfit.domain import Cluster, Deployment, DeviceAssignment, Layout, MemoryProfile, PlannerConfig, Policy
 from layerfit.memory import claims
-from layerfit.solver.instance import Instance, build_instance
-from layerfit.solver.ordered_reserve import ORDER_LIMIT, pair_bound, pair_orders
-from layerfit.solver.tie_break_bound import spread_bound
+from layerfit.solver.model.instance import Instance, build_instance
+from layerfit.solver.shortcuts.ordered_reserve import ORDER_LIMIT, pair_bound, pair_orders
+from layerfit.solver.shortcuts.tie_break_bound import spread_bound
 
 CONFIG = PlannerConfig(policy=Policy.SPREAD, max_rpc_servers=3, time_limit_s=20.0, seed=0)
 

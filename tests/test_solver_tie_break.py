@@ -38,11 +38,18 @@ from layerfit.domain import (
     Status,
     Worker,
 )
-from layerfit.solver import SolveResult, solve, tie_break_stage
-from layerfit.solver.bounds import class_blocks
-from layerfit.solver.instance import SlotKind, build_instance
-from layerfit.solver.scale import tie_break_unit
-from layerfit.solver.tie_break_bound import TIE_BREAK_BOUND_MET, DeviceRoom, best_reserve, binpack_bound, most_blocks
+from layerfit.solver import SolveResult, solve
+from layerfit.solver.model.capacity import class_blocks
+from layerfit.solver.model.instance import SlotKind, build_instance
+from layerfit.solver.model.scale import tie_break_unit
+from layerfit.solver.search import tie_break_stage
+from layerfit.solver.shortcuts.tie_break_bound import (
+    TIE_BREAK_BOUND_MET,
+    DeviceRoom,
+    best_reserve,
+    binpack_bound,
+    most_blocks,
+)
 
 
 @given(

@@ -30,10 +30,10 @@ from layerfit.domain import (
     Worker,
 )
 from layerfit.solver import solve
-from layerfit.solver.bounds import layer_ceiling
-from layerfit.solver.gpu_count import fewest_gpus
-from layerfit.solver.instance import build_instance
-from layerfit.solver.witness import multi_worker_witness
+from layerfit.solver.model.capacity import layer_ceiling
+from layerfit.solver.model.instance import build_instance
+from layerfit.solver.shortcuts.gpu_count import fewest_gpus
+from layerfit.solver.shortcuts.witness import multi_worker_witness
 
 
 def _deployment(profile: MemoryProfile, *, offload: bool) -> Deployment:

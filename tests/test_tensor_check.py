@@ -16,9 +16,9 @@ from fixtures_gguf import GROUND_TRUTH_DIR, gemma_270m_path, write_tiny
 from layerfit.cli import EXIT_BAD_INPUT, main
 from layerfit.errors import EstimationError
 from layerfit.estimators import read_gguf
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, write_arch_model
-from layerfit.estimators.contradiction_fixtures import CONTRADICTIONS, LOADABLE, write_contradiction
-from layerfit.estimators.synthetic import GROUND_TRUTH_MODELS, REAL_MODELS, write_gguf
+from layerfit.testing.arch_fixtures import ARCH_MODELS, write_arch_model
+from layerfit.testing.contradiction_fixtures import CONTRADICTIONS, LOADABLE, write_contradiction
+from layerfit.testing.synthetic import GROUND_TRUTH_MODELS, REAL_MODELS, write_gguf
 
 TRUTH = GROUND_TRUTH_DIR / "cpu-contradictions.csv"
 

@@ -10,9 +10,9 @@ import pytest
 
 from layerfit.errors import EstimationError
 from layerfit.estimators import read_gguf
-from layerfit.estimators.arch_fixtures import ARCH_MODELS, arch_tensor_table
 from layerfit.estimators.gguf_constants import GGMLQuantizationType as T
-from layerfit.estimators.synthetic import write_gguf
+from layerfit.testing.arch_fixtures import ARCH_MODELS, arch_tensor_table
+from layerfit.testing.synthetic import write_gguf
 
 
 def _retyped(tmp_path: Path, model: str, name: str, ggml_type: T) -> Path:

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from layerfit import heuristics
+from layerfit.budget.deadline import Deadline
 from layerfit.check import check
-from layerfit.deadline import Deadline
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, PlannerConfig, Status, Worker
 from layerfit.errors import InputError
-from layerfit.planner import plan
+from layerfit.planning.planner import plan
 
 PROFILE = MemoryProfile.uniform(
     200, 1700 * MiB, 32 * MiB, output_weight_bytes=1 * GiB, gpu_fixed_bytes=600 * MiB, host_fixed_bytes=500 * MiB
@@ -117,9 +117,9 @@ def test_same_input_same_plan_json_with_alternatives() -> None:
 def test_solver_set_up_stops_at_its_deadline() -> None:
     # 1,024 GPUs: preparing the instance alone takes 0.2-0.4 s; it now checks the deadline per
     # worker and gives up (before, it ran to the end and CP-SAT started past the deadline).
-    from layerfit.deadline import DeadlinePassed
+    from layerfit.budget.deadline import DeadlinePassed
     from layerfit.solver import solve
-    from layerfit.solver.instance import build_instance
+    from layerfit.solver.model.instance import build_instance
 
     target = rpc_cluster(255)
     with pytest.raises(DeadlinePassed):
@@ -133,8 +133,8 @@ def test_a_cp_sat_solve_cut_by_the_wall_clock_is_a_safety_stop(monkeypatch: pyte
     # the solver's stats name each step the clock cut, in ``truncated`` and as a safety stop (the
     # work budget cuts at the same point on every run, the clock does not); ``time_cuts`` reads them
     # for the fleet
-    from layerfit.planner import time_cuts
-    from layerfit.solver import runner
+    from layerfit.planning.planner import time_cuts
+    from layerfit.solver.model import runner
 
     target = rpc_cluster(2, gpus_each=3)
     config = PlannerConfig(time_limit_s=60, alternatives=0)

@@ -15,12 +15,12 @@ from load_emulation import planner_under, slow_solves, stable_json, ticking_cloc
 from test_fleet_executors import fleet as distributed_fleet
 from test_time_bounds import DISTRIBUTED, PROFILE, rpc_cluster
 
-from layerfit.deadline import Deadline
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.work import Work
 from layerfit.domain import Deployment, GiB, MemoryProfile, PlannerConfig, Status
 from layerfit.domain.fleet import Executor, FleetConfig
 from layerfit.fleet import plan_fleet
-from layerfit.planner import plan, time_cuts
-from layerfit.work import Work
+from layerfit.planning.planner import plan, time_cuts
 
 SMALL = Deployment(name="small", profile=MemoryProfile.uniform(4, 1 * GiB, 0, output_weight_bytes=1 * GiB))
 """Fits on one GPU of many: alternatives abound."""
@@ -70,7 +70,7 @@ def test_a_work_budget_cuts_at_the_same_point_on_every_run() -> None:
 def test_a_cp_sat_solve_cut_by_its_work_budget_is_no_safety_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every CP-SAT solve gets a nanosecond of deterministic time: each step is cut, named in
     # ``truncated``, the same on every run (no safety stop, ``time_cuts`` empty)
-    from layerfit.solver import runner
+    from layerfit.solver.model import runner
 
     target = rpc_cluster(2, gpus_each=3)
     config = PlannerConfig(time_limit_s=60, alternatives=0)

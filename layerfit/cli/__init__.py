@@ -96,7 +96,7 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
     ``parse_known_args`` leaves every option it does not know for llama.cpp, so without this a
     misspelled ``--deploymnet`` would be reported as a missing ``--model``.
     """
-    from layerfit.domain.flags import LEGACY_FLAGS, closest_flag, lookup
+    from layerfit.llamacpp.flags import LEGACY_FLAGS, closest_flag, lookup
 
     own = _own_options(parser, command)
     for token in rest:

@@ -26,8 +26,8 @@ _ESTIMATE_FIELDS = {
 
 def llama_flags_help() -> str:
     """The llama.cpp options the estimate reads, with their names from the flag table."""
-    from layerfit.domain.flag_table import LLAMA_CPP_VERSION
-    from layerfit.domain.flags import all_flags
+    from layerfit.llamacpp.flag_table import LLAMA_CPP_VERSION
+    from layerfit.llamacpp.flags import all_flags
 
     lines = [f"llama.cpp options that change the estimate ({LLAMA_CPP_VERSION}; others pass through or are refused):"]
     for flag in all_flags():
@@ -40,9 +40,9 @@ def llama_flags_help() -> str:
 def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit import estimators
     from layerfit.domain.choices import ModelKind
-    from layerfit.domain.flags import kind_of_switches
     from layerfit.domain.params import LlamaParams
     from layerfit.estimators.report import estimate_report, estimate_table
+    from layerfit.llamacpp.flags import kind_of_switches
 
     params = LlamaParams.from_args(rest)
     kind = ModelKind(kind_of_switches(params.extra))  # --embedding, --rerank: an embedding or reranking run

@@ -16,7 +16,7 @@ from layerfit.domain.layout import Claims
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.plan import Plan
 from layerfit.errors import InputError
-from layerfit.io import load_file, load_model
+from layerfit.io.documents import load_file, load_model
 
 
 def planner_config(args: argparse.Namespace, **settings: Any) -> PlannerConfig:
@@ -88,7 +88,7 @@ def check_plot_target(path: str | None) -> None:
 
 def write_plot(path: str | None, cluster: Cluster, panels: list[tuple[str, list[tuple[str, Any]]]]) -> None:
     if path is not None:
-        from layerfit.plot import render
+        from layerfit.io.plot import render
 
         try:
             written = render(cluster, panels, path)
@@ -108,7 +108,7 @@ def plan_panel(cluster: Cluster, deployment: Deployment, plan: Plan) -> tuple[st
         return title, []
     from layerfit.check import unified_workers
     from layerfit.memory import claims
-    from layerfit.planner import resolve_profile
+    from layerfit.planning.planner import resolve_profile
 
     gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in closest.devices)
     needed = claims(resolve_profile(deployment), closest, unified_workers(cluster))
@@ -120,7 +120,7 @@ def progress_display(args: argparse.Namespace, title: str) -> Iterator[bool]:
     """A live progress display on standard error while the block runs, only when that is a terminal
     and neither ``--json`` nor ``--quiet`` was given; otherwise every report is dropped. Yields
     whether the display is on."""
-    from layerfit.progress import LiveReporter, reporting, stderr_is_terminal
+    from layerfit.budget.progress import LiveReporter, reporting, stderr_is_terminal
 
     if args.json or args.quiet or not stderr_is_terminal():
         with reporting(None):

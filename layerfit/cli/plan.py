@@ -10,7 +10,7 @@ from layerfit.domain.choices import ModelKind, Policy
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit.domain.cluster import Cluster
-    from layerfit.io import load_file
+    from layerfit.io.documents import load_file
 
     cluster = load_file(Cluster, args.cluster)  # first: a bad cluster file answers before the rest loads
     from layerfit.cli.inputs import (
@@ -30,7 +30,7 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
     check_selection(cluster, deployment, args.deployment or "--gpus")
     config = planner_config(args)
     layout = load_file(Layout, args.layout) if args.layout is not None else None
-    from layerfit import planner  # after the inputs: a bad file answers before OR-Tools loads
+    from layerfit.planning import planner  # after the inputs: a bad file answers before OR-Tools loads
 
     if layout is not None:
         plan = planner.evaluate(cluster, deployment, layout, config)

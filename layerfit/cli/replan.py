@@ -25,7 +25,7 @@ PER_DEPLOYMENT_SECONDS = 2.0
 
 
 def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
-    from layerfit.deadline import Deadline
+    from layerfit.budget.deadline import Deadline
 
     if args.executor == Executor.RAY:  # Ray's start is not the plan's: before the clock
         from layerfit.domain.fleet import FleetConfig
@@ -37,19 +37,19 @@ def cmd_replan(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit.cli.render import render_fleet
     from layerfit.domain.fleet import Fleet, FleetConfig
     from layerfit.errors import InputError
-    from layerfit.io import load_file
+    from layerfit.io.documents import load_file
 
     if rest:
         raise InputError("replan", f"unexpected arguments {rest}")
     check_plot_target(args.plot)
     commands_for = planner_config(args, time_limit_s=PER_DEPLOYMENT_SECONDS)
     fleet = load_file(Fleet, args.fleet)
-    from layerfit.launch import check_deployment_flags
+    from layerfit.llamacpp.launch import check_deployment_flags
 
     for deployment in fleet.deployments:  # a flag the build cannot take: refused before the search
         check_deployment_flags(deployment, commands_for)
-    from layerfit.files import reading_once
     from layerfit.fleet import plan_fleet  # after the input: a bad file answers before OR-Tools loads
+    from layerfit.io.files import reading_once
 
     with reading_once():  # the plot reads the models again
         with progress_display(args, "replan") as shown:
@@ -71,7 +71,7 @@ def _draw(path: str, fleet: Fleet, result: FleetPlan) -> None:
     from layerfit.cli.inputs import write_plot
     from layerfit.errors import LayerfitError
     from layerfit.memory import claims
-    from layerfit.planner import resolve_profile
+    from layerfit.planning.planner import resolve_profile
 
     profiles = {}
     for deployment in fleet.deployments:

@@ -21,7 +21,7 @@ class OffloadOrder(StrEnum):
 
 
 class LlamaCppBuild(StrEnum):
-    """The two named llama.cpp builds (a build may also be given by its number: ``layerfit.domain.builds``).
+    """The two named llama.cpp builds (a build may also be given by its number: ``layerfit.llamacpp.builds``).
 
     ``CURRENT`` is b11434, llama.cpp since December 2025: output-first ``-ngl`` (ggml-org/llama.cpp#18148)
     and ``--fit`` (#16653, on by default, so plans pass ``--fit off``). ``LEGACY`` is b6457 (September

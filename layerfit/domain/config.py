@@ -7,11 +7,11 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, NonNegInt, PosInt
-from layerfit.domain.builds import FIT, OUTPUT_FIRST, build_label, build_number, offload_order_of, parse_build
 from layerfit.domain.choices import LlamaCppBuild as LlamaCppBuild
 from layerfit.domain.choices import OffloadOrder as OffloadOrder
 from layerfit.domain.choices import Policy as Policy
 from layerfit.domain.limits import MAX_DEVICES, MAX_TIME_LIMIT_S
+from layerfit.llamacpp.builds import FIT, OUTPUT_FIRST, build_label, build_number, offload_order_of, parse_build
 
 _BUILD_KEYS = ("llama_cpp_build", "offload_order")
 
@@ -29,7 +29,7 @@ class PlannerConfig(Frozen):
 
     llama_cpp_build: LlamaCppBuild | PosInt = LlamaCppBuild.CURRENT
     """The llama.cpp the commands are for: ``current``, ``legacy`` or a build number (``b6500`` or
-    ``6500``); it decides which flags the commands use (``layerfit.domain.builds``). When only
+    ``6500``); it decides which flags the commands use (``layerfit.llamacpp.builds``). When only
     ``offload_order`` is given, the named build it implies."""
     offload_order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
     """``-ngl``'s order; when only ``llama_cpp_build`` is given, that build's order."""
@@ -48,8 +48,8 @@ class PlannerConfig(Frozen):
     ``True``: a pool to choose from (a layout may use any subset of it). Never left either way."""
     time_limit_s: float = TIME_LIMIT
     """Time limit of one ``plan()`` call, all stages together (heuristic, solver, alternatives,
-    explain): each stage stops on a work budget derived from it (``layerfit.work``, the same on
-    every run), the wall clock at the limit being only a safety stop; see ``layerfit.planner`` for
+    explain): each stage stops on a work budget derived from it (``layerfit.budget.work``, the same on
+    every run), the wall clock at the limit being only a safety stop; see ``layerfit.planning.planner`` for
     the overhead beyond it."""
     num_search_workers: Annotated[int, Field(ge=1, le=MAX_SEARCH_WORKERS), NOT_A_BOOLEAN] = 1
     """CP-SAT workers; 1 with a fixed seed gives the same answer for the same input."""

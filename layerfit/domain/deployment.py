@@ -9,10 +9,10 @@ from pydantic import Field, field_validator, model_validator
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, Name, NonNegInt
 from layerfit.domain.choices import ModelKind as ModelKind
 from layerfit.domain.cluster import GpuRef
-from layerfit.domain.flags import kind_contradiction
 from layerfit.domain.params import INT_MAX, LlamaParams
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
+from layerfit.llamacpp.flags import kind_contradiction
 
 MAX_REPLICAS = 1024
 """Most replicas of one deployment: the fleet planner's work grows with each one (a million took
@@ -39,7 +39,7 @@ class Deployment(Frozen):
     priority: NonNegInt = 0
     """Higher is more important (fleet planning)."""
     ctx_auto: bool = False
-    """The context is a decision (``layerfit.context``): the training context, shrunk to fit down
+    """The context is a decision (``layerfit.planning.context_range``): the training context, shrunk to fit down
     to 4096, as llama.cpp does when no ``-c`` is given."""
     ctx_min: Annotated[int, Field(ge=1, le=INT_MAX), NOT_A_BOOLEAN] | None = None
     """With ``ctx_max``: the context is a decision, any multiple of 256 in the range will do."""

@@ -2,7 +2,7 @@
 
 Accepted forms per item: ``--ctx-size 8192`` (one string), ``-c=8192``, or a flag followed by its
 value as the next item. Every flag is looked up in llama-server's option table
-(``layerfit.domain.flag_table``): modelled flags become fields, flags without effect on memory are
+(``layerfit.llamacpp.flag_table``): modelled flags become fields, flags without effect on memory are
 kept in ``extra`` and passed through, and everything else is refused with a reason: an unknown flag
 (with the nearest known one), a flag that changes memory in a way layerfit does not model, or one
 whose value layerfit computes itself.
@@ -17,10 +17,10 @@ from typing import Annotated, Any, Literal, Self, get_args
 from pydantic import Field, ValidationError, model_validator
 
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen
-from layerfit.domain.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
 from layerfit.domain.limits import MAX_DEVICES
-from layerfit.domain.shell_words import check_words, split_items
 from layerfit.errors import InputError
+from layerfit.llamacpp.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
+from layerfit.llamacpp.shell_words import check_words, split_items
 
 DEFAULT_CTX_SIZE = 8192
 """Context size GPUStack assumes when ``--ctx-size`` is not given."""
@@ -30,7 +30,7 @@ FlashAttn = Literal["on", "off", "auto"]
 
 EXPERT_FLAGS = "expert_flags"
 """The note of the modelled tensor-override flags (-ot, -cmoe, -ncmoe): they stay in ``extra``, in
-command-line order, and ``layerfit.domain.expert_flags`` reads them from there."""
+command-line order, and ``layerfit.llamacpp.expert_flags`` reads them from there."""
 
 INT_MAX = 2**31 - 1
 """Largest value of llama.cpp's integer options (``std::stoi``: a 32-bit ``int``)."""
@@ -198,7 +198,7 @@ def _check_passed_through(extra: tuple[str, ...]) -> None:
 
 def _check_overrides(extra: tuple[str, ...]) -> None:
     """The tensor overrides in ``extra`` are well formed, portable and bounded (``expert_flags``)."""
-    from layerfit.domain.expert_flags import parse_expert_flags  # it reads LlamaParams: imported late
+    from layerfit.llamacpp.expert_flags import parse_expert_flags  # it reads LlamaParams: imported late
 
     parse_expert_flags(extra)
 
@@ -346,7 +346,7 @@ def _parse_tokens(tokens: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
             raise problem
         values, i = _take_values(flag, name, attached, tokens, i)
         if flag.field is None:  # a pass-through option: its values checked as llama.cpp parses them
-            from layerfit.domain.flag_values import check_values  # not on the start-up path
+            from layerfit.llamacpp.flag_values import check_values  # not on the start-up path
 
             check_values(name, flag.names, values)
         if flag.field is None or flag.field == EXPERT_FLAGS:

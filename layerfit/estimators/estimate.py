@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from layerfit.domain.base import Bytes, Frozen, MiB, PosInt
 from layerfit.domain.choices import ModelKind
-from layerfit.domain.expert_flags import expert_flags
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import FlashAttnFallback, MemoryProfile, RoleCosts
 from layerfit.errors import EstimationError, InputError, expect
@@ -32,6 +31,7 @@ from layerfit.estimators.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizatio
 from layerfit.estimators.gguf_reader import MetaValue, read_header
 from layerfit.estimators.layer_kinds import kinds_compute, layer_kinds, scan_crossings
 from layerfit.estimators.shape import ModelShape, read_gguf
+from layerfit.llamacpp.expert_flags import expert_flags
 
 if TYPE_CHECKING:  # the estimate path does not load the deployment (and cluster) models
     from layerfit.domain.deployment import Deployment

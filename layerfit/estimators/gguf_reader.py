@@ -33,7 +33,7 @@ from layerfit.estimators.gguf_cursor import MAX_STRING_BYTES, MAX_STRINGS, Curso
 from layerfit.estimators.gguf_metadata import KEEP_ARRAY_ITEMS, KEEP_STRING_ITEMS, MAX_KEY_BYTES, read_metadata
 from layerfit.estimators.gguf_types import ArrayInfo, GgufHeader, KeyType, MetaValue, SkippedString, TensorInfo
 from layerfit.estimators.sanity import check_metadata
-from layerfit.files import open_regular
+from layerfit.io.files import open_regular
 
 __all__ = [
     "KEEP_ARRAY_ITEMS",

@@ -1,7 +1,7 @@
 """Tensor overrides applied to a model's real tensor names, as llama.cpp's loader applies them.
 
 Every tensor is tested against the override patterns in order (``re.search``, the first match
-wins, see ``layerfit.domain.expert_flags``). A matched tensor of block ``i`` stays in host RAM while
+wins, see ``layerfit.llamacpp.expert_flags``). A matched tensor of block ``i`` stays in host RAM while
 the rest of the block goes where the layout puts it: its bytes become the block's host part
 (``MemoryProfile.block_expert_bytes``) and the block joins ``fixed_host_experts``. Input tensors
 (token embedding) are on the host anyway; output-layer tensors moved to the host are not modelled.
@@ -17,7 +17,10 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from layerfit.domain.expert_flags import (
+from layerfit.errors import InputError
+from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
+from layerfit.estimators.shape import ModelShape
+from layerfit.llamacpp.expert_flags import (
     CPU_MOE_FLAGS,
     EXPERTS_PATTERN,
     N_CPU_MOE_FLAGS,
@@ -27,9 +30,6 @@ from layerfit.domain.expert_flags import (
     expert_block_pattern,
     match_expert_name,
 )
-from layerfit.errors import InputError
-from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
-from layerfit.estimators.shape import ModelShape
 
 SEARCH_CALL_PATHS = 40
 """What testing one name against one pattern costs besides the search's backtracking, counted in
@@ -114,7 +114,7 @@ def search_cores(names: Sequence[str], patterns: Sequence[str], path: str) -> li
         raise InputError(OVERRIDE_FLAGS[0], _over_budget(len(names), patterns, path, floor))
     for text in patterns:
         compile_pattern(OVERRIDE_FLAGS[0], text)
-    from layerfit.domain.pattern_cost import anchors, search_core  # only with -ot: off the estimate's start-up path
+    from layerfit.llamacpp.pattern_cost import anchors, search_core  # only with -ot: off the estimate's start-up path
 
     cores = [search_core(text) for text in patterns]
     paths = search_cost(names, cores)
@@ -127,7 +127,7 @@ def search_cost(names: Sequence[str], cores: Sequence[str]) -> int:
     """What ``SEARCH_BUDGET`` counts: per name and per core ``SEARCH_CALL_PATHS``, and the paths of
     searching the names that hold the core's key literal (``pattern_cost.names_paths``); the key is
     looked for in every name once per required literal, each such scan counted in the call's paths."""
-    from layerfit.domain.pattern_cost import anchors, names_paths  # only with -ot
+    from layerfit.llamacpp.pattern_cost import anchors, names_paths  # only with -ot
 
     searched = sum(names_paths(core, names, anchors(core).key(names)) for core in cores)
     return len(names) * len(cores) * SEARCH_CALL_PATHS + searched

@@ -22,7 +22,7 @@ from layerfit.estimators.header_access import (
 )
 from layerfit.estimators.key_check import check_arch_keys, check_keys, check_required, check_tokenizer
 from layerfit.estimators.tensor_check import EXPERT_WIDTH_KEY, check_shape, vocabulary_size
-from layerfit.files import read_once
+from layerfit.io.files import read_once
 
 _FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16})
 POOLING_RANK = 4

@@ -17,18 +17,18 @@ from typing import TypeVar
 
 import numpy as np
 
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.fleet import HOST_LAYOUT_S, PLANNER_S
 from layerfit.check import checked_claims, offload_order_reasons, rule_reasons
-from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.layout import Claims, DeviceAssignment, Layout
 from layerfit.domain.profile import MemoryProfile
-from layerfit.fleet.budget import HOST_LAYOUT_S, PLANNER_S
 from layerfit.fleet.gpu_table import BoolArray, GpuTable, IntArray
-from layerfit.layouts import worker_layouts
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import make_layout
+from layerfit.planning.layouts import worker_layouts
 
 CandidateSet = tuple[tuple[Layout, Claims], ...]
 Item = TypeVar("Item")
@@ -165,8 +165,8 @@ def _planner_candidates(
     """The single-deployment planner's layouts over the whole cluster (distributed or partial),
     within its own time limit and the safety stop ``until`` (``time.time()``); and whether a time
     limit cut its search (``planner.time_cuts``: another run may find other layouts)."""
-    from layerfit.planner import plan as plan_one
-    from layerfit.planner import time_cuts
+    from layerfit.planning.planner import plan as plan_one
+    from layerfit.planning.planner import time_cuts
 
     deadline = None if until is None else Deadline.after(until - time.time())
     result = plan_one(cluster, deployment, config, profile, explain=False, deadline=deadline)

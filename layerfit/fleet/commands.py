@@ -8,8 +8,8 @@ from collections import Counter
 from layerfit.check import reference_reasons
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands, own_port
-from layerfit.planner import deployment_commands, resolve_profile
-from layerfit.usage import use_of
+from layerfit.planning.planner import deployment_commands, resolve_profile
+from layerfit.planning.usage import use_of
 
 
 def lost_placements(fleet: Fleet) -> tuple[LostPlacement, ...]:

@@ -3,7 +3,7 @@
 The single-deployment tiers put the context below layers, expert blocks on GPUs and workers; in
 a fleet, placing the replicas comes first. So a ranged deployment (``ctx_auto``, ``ctx_min``/
 ``ctx_max``) is first planned at the context its own plan picks on the whole cluster alone (the
-largest that keeps its tiers, ``layerfit.context``). When that fleet leaves a replica unplaced or
+largest that keeps its tiers, ``layerfit.planning.context_range``). When that fleet leaves a replica unplaced or
 layers or experts on the host, the fleet is planned again with every ranged deployment at the smallest
 context of its range, and that plan wins when it is better on the fleet's first two tiers
 (priority weight placed, layers on GPUs); otherwise the larger contexts stay. Each of the two
@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from layerfit.budget.fleet import with_safety_stop
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import Fleet, FleetPlan
-from layerfit.fleet.budget import with_safety_stop
 
 PlanFleet = Callable[[Fleet], FleetPlan]
 
 
 def fixed_at(deployment: Deployment, ctx: int) -> Deployment:
     """The deployment with a fixed context (its explicit profile re-estimated or KV scaled)."""
-    from layerfit.planner import profile_at_ctx
+    from layerfit.planning.planner import profile_at_ctx
 
     params = deployment.params.model_copy(update={"ctx_size": ctx})
     profile = None if deployment.profile is None else profile_at_ctx(deployment, ctx)
@@ -42,7 +42,7 @@ CONTEXT_STAGE = "the context choice of {names} (the single-deployment planner's 
 def chosen_context(fleet: Fleet, deployment: Deployment, config: PlannerConfig) -> tuple[int, bool]:
     """The context the deployment's own plan picks on the whole cluster, and whether a time limit
     cut a plan that choice compared (``planner.time_cuts``: another run may choose otherwise)."""
-    from layerfit.planner import plan, time_cuts
+    from layerfit.planning.planner import plan, time_cuts
 
     result = plan(fleet.cluster, deployment, config, explain=False)
     stats = next(s for s in result.stats if s.engine == "context")
@@ -51,7 +51,7 @@ def chosen_context(fleet: Fleet, deployment: Deployment, config: PlannerConfig) 
 
 def smallest_context(deployment: Deployment) -> int:
     """The smallest context of the deployment's range."""
-    from layerfit.context import ctx_bounds, ctx_candidates
+    from layerfit.planning.context_range import ctx_bounds, ctx_candidates
 
     training = None
     if deployment.gguf_path is not None:

@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from layerfit.budget.fleet import COLUMN_S, SEED_PER_GPU_S, Budget
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -15,7 +16,6 @@ from layerfit.domain.fleet import Fleet, FleetConfig
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
-from layerfit.fleet.budget import COLUMN_S, SEED_PER_GPU_S, Budget
 from layerfit.fleet.candidates import (
     Allowance,
     CandidateSet,

@@ -7,9 +7,9 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.fleet import Budget
 from layerfit.check import capacity_reasons, check_layout, reference_reasons, unified_workers
-from layerfit.deadline import Deadline
-from layerfit.device_cap import device_cap_reason
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -28,7 +28,6 @@ from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
-from layerfit.fleet.budget import Budget
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.gaps import UNITS, gpus_bound
 from layerfit.fleet.gaps import tier_bound as gap_bound
@@ -38,6 +37,7 @@ from layerfit.fleet.moves import assign_replicas, order_moves
 from layerfit.fleet.screen import pin_conflicts
 from layerfit.fleet.tiers import TIER_NAMES, TierOutcome, solve_tiers
 from layerfit.memory import claims as compute_claims
+from layerfit.planning.device_cap import device_cap_reason
 
 DECODE_SHARE = 0.05
 """Share of the time left kept for decoding the master's solution and ordering the moves."""
@@ -221,7 +221,7 @@ def _with_device_cap(
     unplaced: list[UnplacedReplica],
 ) -> list[UnplacedReplica]:
     """Replicas of a deployment that fits nowhere, with llama.cpp's device limit named when it cut
-    the deployment's layouts (``layerfit.device_cap``)."""
+    the deployment's layouts (``layerfit.planning.device_cap``)."""
     capped: dict[str, Reason] = {}
     said: dict[object, Reason | None] = {}  # by what the reason depends on: it counts every worker's GPUs
     for deployment, options in zip(deployments, candidates, strict=True):

@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from layerfit.deadline import Deadline
+from layerfit.budget.deadline import Deadline
 from layerfit.domain.fleet import FleetPlan, TierBound
 from layerfit.errors import SolverError
 from layerfit.fleet.colgen import TOLERANCE, Bound, ColumnGeneration, reached, tier_bound

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from layerfit.deadline import Deadline
-from layerfit.fleet.budget import DETERMINISTIC_PER_S, GROUP_PER_OPTION_S, GROUP_SOLVE_S, Budget
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.fleet import DETERMINISTIC_PER_S, GROUP_PER_OPTION_S, GROUP_SOLVE_S, Budget
 from layerfit.fleet.master import Counts, Master, ResourceKey
-from layerfit.solver.scale import add_at_most
+from layerfit.solver.model.scale import add_at_most
 
 GROUP_WORKERS = 4
 """Workers per group: small enough for CP-SAT to solve a group in a fraction of a second."""

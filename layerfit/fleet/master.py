@@ -15,13 +15,13 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from layerfit.deadline import Deadline, DeadlinePassed
+from layerfit.budget.deadline import Deadline, DeadlinePassed
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.errors import InputError
 from layerfit.fleet.candidates import CandidateSet
-from layerfit.solver.scale import add_at_most
+from layerfit.solver.model.scale import add_at_most
 
 ResourceKey = tuple[str, int] | str
 """A GPU as (worker, index), or a worker's RAM (or unified pool) by its name."""

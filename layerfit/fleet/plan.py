@@ -11,13 +11,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from layerfit.deadline import Deadline
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.fleet import Budget, parallel_reason, safety_reason
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, UnplacedReplica
 from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import expect
-from layerfit.fleet.budget import Budget, parallel_reason, safety_reason
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.colgen import LAYERS, PLACED, Bound, ColumnGeneration, Goal, reached, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
@@ -82,7 +82,7 @@ def plan_fleet(
     starts it before it reads the fleet file); by default the limit from now. It moves the
     wall-clock safety stops only: the work budget is the limit's, so the plan stays the same.
     """
-    from layerfit.files import reading_once
+    from layerfit.io.files import reading_once
 
     expect(fleet, Fleet, "fleet")
     expect(config, FleetConfig, "config")

@@ -35,11 +35,11 @@ from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.fleet.pricing_bound import relaxed_bound
 from layerfit.memory import claims as compute_claims
-from layerfit.solver.build import BuiltModel, build_model
-from layerfit.solver.constraints.ram import main_ram_expression
-from layerfit.solver.instance import GpuClass, Instance, build_instance
-from layerfit.solver.runner import solver_for
-from layerfit.solver.variables import Expr
+from layerfit.solver.model.build import BuiltModel, build_model
+from layerfit.solver.model.constraints.ram import main_ram_expression
+from layerfit.solver.model.instance import GpuClass, Instance, build_instance
+from layerfit.solver.model.runner import solver_for
+from layerfit.solver.model.variables import Expr
 
 OBJECTIVE_RANGE = 1 << 46
 """The integral objective's magnitude stays below this (CP-SAT works on 64-bit integers)."""
@@ -236,7 +236,7 @@ def price(
     complete = instance.scale.exact or relaxed <= model_bound
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Priced(layouts=(), bound=bound, proven=False, complete=complete, work_s=work)
-    from layerfit.solver.decode import decode
+    from layerfit.solver.model.decode import decode
 
     layout = decode(instance, built.variables, solver.value)
     found: tuple[tuple[Layout, Claims], ...] = ()

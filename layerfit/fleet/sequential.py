@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from layerfit.budget.deadline import Deadline
 from layerfit.check import unified_workers
-from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -16,7 +16,7 @@ from layerfit.memory import claims as compute_claims
 
 
 def resolve_profiles(deployments: Sequence[Deployment]) -> list[MemoryProfile]:
-    from layerfit.planner import resolve_profile
+    from layerfit.planning.planner import resolve_profile
 
     return [resolve_profile(deployment) for deployment in deployments]
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from layerfit.budget.fleet import Budget
+from layerfit.budget.progress import Progress, report, solution_callback
 from layerfit.domain.fleet import FleetConfig
 from layerfit.domain.plan import Status
 from layerfit.errors import SolverError
-from layerfit.fleet.budget import Budget
 from layerfit.fleet.gaps import gap
 from layerfit.fleet.greedy import greedy
 from layerfit.fleet.lns import GROUP_WORKERS, footprint, search_footprint
 from layerfit.fleet.master import Counts, Master
-from layerfit.progress import Progress, report, solution_callback
 
 
 @dataclass(frozen=True)

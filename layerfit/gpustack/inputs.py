@@ -42,7 +42,7 @@ from layerfit.gpustack.resources import (
     allocated_by_view,
     allocated_by_workers,
 )
-from layerfit.io import load_model
+from layerfit.io.documents import load_model
 
 
 def gpu_type(device: Any) -> str:

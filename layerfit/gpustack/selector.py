@@ -29,7 +29,7 @@ from layerfit.gpustack.inputs import (
     workers_by_name,
 )
 from layerfit.gpustack.messages import gpustack_messages
-from layerfit.planner import plan as plan_deployment
+from layerfit.planning.planner import plan as plan_deployment
 
 ProfileSource = MemoryProfile | Callable[[Any], MemoryProfile]
 

@@ -26,7 +26,7 @@ Fixed on purpose:
   the layers' one-GPU claim);
 * single-GPU partial offload returns every GPU reaching the most layers, not one per worker;
 * a manual selection is never left: a ``--tensor-split`` maps onto the selected GPUs instead of
-  overriding the selection (``layerfit.selection``);
+  overriding the selection (``layerfit.domain.selection``);
 * the RPC search is budgeted (``heuristics.budget``) instead of trying every combination;
 * a unified-memory worker's RAM and VRAM claims must fit its one pool together in every strategy
   (GPUStack's distributed search checks them one at a time, and can over-commit the pool).

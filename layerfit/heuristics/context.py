@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from layerfit.budget.heuristic import SearchBudget
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import OffloadOrder, PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Reason
 from layerfit.domain.profile import MemoryProfile
-from layerfit.heuristics.budget import SearchBudget
+from layerfit.domain.selection import tensor_split_in_force
 from layerfit.heuristics.evaluate import Evaluator, Verdict
 from layerfit.heuristics.notes import Note
 from layerfit.heuristics.placement import Placement
 from layerfit.heuristics.views import GpuView, Selection, WorkerView, gpu_views, worker_views
 from layerfit.memory import claims, layout_from_flags
-from layerfit.selection import tensor_split_in_force
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ When GPUStack's full-offload strategies find no layout with every layer on GPUs,
 keeps the experts of some blocks in host RAM instead (``--n-cpu-moe``): every block's dense part
 on the GPUs, the experts of the first ``k`` expert blocks on the host, ``k`` as small as fits (a
 bisection over ``k``, each step GPUStack's strategies over the stand-in profile of
-``layerfit.experts``; a scan upwards when ``--cpu-moe`` itself overflows host RAM). Only when even
+``layerfit.memory.experts``; a scan upwards when ``--cpu-moe`` itself overflows host RAM). Only when even
 ``--cpu-moe`` leaves layers on the host does layer-level partial offload follow, with the experts
 where they give the most layers on GPUs.
 
@@ -17,16 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from layerfit.deadline import Deadline
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.heuristic import DEADLINE, WORK
+from layerfit.budget.work import Work
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Plan
 from layerfit.domain.profile import MemoryProfile
-from layerfit.experts import engine_blocks, experts_are_a_decision, first_expert_blocks, profile_with_host_experts
-from layerfit.heuristics.budget import DEADLINE, WORK
 from layerfit.heuristics.selector import plan
-from layerfit.work import Work
+from layerfit.memory.experts import (
+    engine_blocks,
+    experts_are_a_decision,
+    first_expert_blocks,
+    profile_with_host_experts,
+)
 
 
 def wanted_gpu_layers(deployment: Deployment, profile: MemoryProfile) -> int:

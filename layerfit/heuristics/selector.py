@@ -6,8 +6,10 @@ import importlib
 import time
 from collections.abc import Callable, Sequence
 
+from layerfit.budget.deadline import Deadline
+from layerfit.budget.heuristic import SearchBudget
+from layerfit.budget.work import Work
 from layerfit.check import check_layout
-from layerfit.deadline import Deadline
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -15,14 +17,12 @@ from layerfit.domain.plan import Candidate, EngineStats, Plan, Reason, ReasonKin
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
 from layerfit.heuristics import rules
-from layerfit.heuristics.budget import SearchBudget
 from layerfit.heuristics.context import Context, build_context
 from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, requirement, sentences, shown_messages
 from layerfit.heuristics.scoring import score
 from layerfit.heuristics.strategies import STRATEGIES, Strategy
 from layerfit.memory import claims
-from layerfit.work import Work
 
 ENGINE = "heuristic"
 

@@ -11,8 +11,8 @@ bounds (``bounds``) and dominance pruning (``prune``), each exact for the tiers 
 ``layout_is_feasible_in_model`` asks the model whether it accepts a given layout.
 """
 
-from layerfit.solver.result import SolveResult, TierValues
-from layerfit.solver.search import layout_is_feasible_in_model, solve
-from layerfit.solver.trace import not_run
+from layerfit.solver.search.result import SolveResult, TierValues
+from layerfit.solver.search.solve import layout_is_feasible_in_model, solve
+from layerfit.solver.search.trace import not_run
 
 __all__ = ["SolveResult", "TierValues", "layout_is_feasible_in_model", "not_run", "solve"]

@@ -1,0 +1,44 @@
+"""Symmetry breaking: identical workers, and the order of interchangeable devices.
+
+* Identical workers (``WorkerView.twin_of``): the earlier one is main before the later one, and
+  takes part before it. Any layout maps onto one that satisfies this by swapping the two.
+* With blocks all alike and no ``-ts``, swapping two devices of the same role (with their block
+  counts) changes no memory figure, so RPC slots, and local slots before the main GPU, are put in
+  class order. The last device is left out: it holds the output layer.
+
+Identical GPUs of one worker need no breaking: they are one class with a count.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ortools.sat.python import cp_model
+
+from layerfit.solver.model.instance import Instance
+from layerfit.solver.model.variables import Expr, SlotVars, Variables
+
+
+def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
+    _twin_workers(model, instance, variables)
+    if instance.uniform_blocks and instance.rules.tensor_split is None:
+        for group in (variables.rpc, variables.local):
+            for earlier, later in itertools.pairwise(group):
+                _class_order(model, earlier, later)
+
+
+def _twin_workers(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
+    for w, view in enumerate(instance.workers):
+        if view.twin_of is None:
+            continue
+        twin = view.twin_of
+        if w in variables.main and twin in variables.main:
+            model.add(variables.main[twin] >= variables.main[w])
+        model.add(variables.worker_used[twin] >= variables.worker_used[w])
+
+
+def _class_order(model: cp_model.CpModel, earlier: SlotVars, later: SlotVars) -> None:
+    def class_index(slot: SlotVars) -> Expr:
+        return sum(c * assigned for c, assigned in slot.assign.items())
+
+    model.add(class_index(earlier) <= class_index(later)).only_enforce_if([later.used, ~later.last])
