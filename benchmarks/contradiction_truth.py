@@ -9,7 +9,7 @@ estimator's verdict::
     python benchmarks/contradiction_truth.py --llama-cpp ~/.cache/llamacpp-cpu-11434 \\
         --output tests/gguf_fixtures/ground_truth/cpu-contradictions.csv
 
-``tests/test_tensor_check.py`` checks that the estimator refuses exactly the recorded refusals.
+``tests/test_estimator_tensor_check.py`` checks that the estimator refuses exactly the recorded refusals.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ handling argument"). Writes ``option,value,llama_cpp`` rows (``accepted`` / ``re
     python benchmarks/flag_values.py --llama-cpp ~/.cache/llamacpp-cpu-11434 \\
         --output tests/fixtures/flag_values.csv
 
-``tests/test_flag_values.py`` checks that layerfit refuses exactly the values llama.cpp refused.
+``tests/test_llamacpp_flag_values.py`` checks that layerfit refuses exactly the values llama.cpp refused.
 """
 
 from __future__ import annotations

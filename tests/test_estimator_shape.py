@@ -71,7 +71,7 @@ def test_sliding_window_layers(
 
 def test_per_layer_head_counts(tmp_path: Path) -> None:
     # openelm (not modelled) sizes each layer by its own counts; a modelled llama file with these
-    # counts and uniform tensors is refused, as llama.cpp refuses it (test_tensor_check)
+    # counts and uniform tensors is refused, as llama.cpp refuses it (test_estimator_tensor_check)
     metadata = {"{arch}.attention.head_count_kv": (2, 0, 2, 1)}
     path = write_tiny(tmp_path, data="header", architecture="openelm", metadata=metadata)
     shape = read_gguf(str(path))

@@ -21,7 +21,7 @@ from layerfit.fleet.commands import with_commands
 
 CONFIG = FleetConfig(time_limit_s=5.0, executor="serial", num_search_workers=1)
 PLANNER = PlannerConfig(time_limit_s=2.0)
-# test_context's profile in MiB (4 blocks of 100, KV 32 each at 8192)
+# test_planning_context_range's profile in MiB (4 blocks of 100, KV 32 each at 8192)
 PROFILE = MemoryProfile(
     block_weight_bytes=(100 * MiB,) * 4,
     block_kv_bytes=(32 * MiB,) * 4,
@@ -73,7 +73,7 @@ def ctx_of(fleet: Fleet, result: FleetPlan, name: str) -> int:
 
 
 def test_a_ranged_deployment_alone_gets_the_context_its_own_plan_picks() -> None:
-    # full offload: 400 + 10 + 50 + KV (128 at 8192) fits 500 up to 2560 (test_context)
+    # full offload: 400 + 10 + 50 + KV (128 at 8192) fits 500 up to 2560 (test_planning_context_range)
     fleet = Fleet(cluster=gpus(500), deployments=(Deployment(name="a", profile=PROFILE, ctx_min=1000, ctx_max=16384),))
     result = plan_fleet(fleet, CONFIG, PLANNER)
     assert [p.deployment for p in result.placements] == ["a"] and result.placements[0].layout.full_offload

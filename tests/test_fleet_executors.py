@@ -46,7 +46,7 @@ def run(executor: Executor) -> tuple[object, ...]:
         # The single-deployment planner (the 60 GiB deployment's distributed layouts) stops on work
         # budgets too (its alternatives' share was a quarter of the time it took, at least 0.1 s:
         # three re-solves of 5-11 ms unloaded, which load ~8 cut, 10 columns against 14); its own
-        # 30 s limit is its safety stop, which the retries see (test_work_budget emulates the load)
+        # 30 s limit is its safety stop, which the retries see (test_budget_work emulates the load)
         result = plan_fleet(fleet(), config, PlannerConfig(time_limit_s=30.0))
         stops.append(result.stats[0].details["safety_stops"])
         if stops[-1] == "none":

@@ -1,7 +1,7 @@
 """The GGUF format constants layerfit reads: value types, ggml tensor types and their block sizes,
 and the metadata keys the estimator looks up.
 
-The same facts as the ``gguf`` package's (``tests/test_gguf_constants.py`` checks every entry
+The same facts as the ``gguf`` package's (``tests/test_estimator_gguf_constants.py`` checks every entry
 against it), kept here so that reading a header and estimating a profile import neither ``gguf``
 nor numpy: ``layerfit estimate`` answers in a fraction of the time ``import gguf`` takes.
 """

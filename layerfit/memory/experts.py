@@ -8,7 +8,7 @@ block less its experts' host size; the experts' host size is a fixed RAM cost of
 (they are in host RAM wherever the block goes); and the compute buffers are the partial-offload ones
 (tensor overrides switch off pipeline parallelism). Engines that place layers only (the GPUStack
 strategies, the CP-SAT model, the fleet) plan over that profile unchanged; ``attach`` then names the
-experts in the layout and prices it with the real profile. ``tests/test_experts.py`` holds the
+experts in the layout and prices it with the real profile. ``tests/test_memory_experts.py`` holds the
 equality of the two pricings.
 """
 

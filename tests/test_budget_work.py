@@ -12,8 +12,8 @@ import time
 
 import pytest
 from load_emulation import planner_under, slow_solves, stable_json, ticking_clock
+from test_budget_deadline import DISTRIBUTED, PROFILE, rpc_cluster
 from test_fleet_executors import fleet as distributed_fleet
-from test_time_bounds import DISTRIBUTED, PROFILE, rpc_cluster
 
 from layerfit.budget.deadline import Deadline
 from layerfit.budget.work import Work
