@@ -185,8 +185,11 @@ def run_text(plans: list[FleetPlan]) -> str:
     bounds = len({tuple((b.bound, b.gap) for b in p.bounds) for p in plans})
     same = "same plan" if distinct == 1 else f"{distinct} DIFFERENT plans"
     same += ", same bounds" if bounds == 1 else f", {bounds} different bounds"
-    details = [p.stats[0].details for p in plans]
-    ends = [f"search {d.get('footprint_search', '-')}, safety stops: {d.get('safety_stops')}" for d in details]
+    ends = [
+        f"search {p.stats[0].details.get('footprint_search', '-')}, "
+        f"safety stops: {', '.join(p.stats[0].safety_stops) or 'none'}"
+        for p in plans
+    ]
     return f"    {same} in {len(plans)} runs; " + " | ".join(ends)
 
 
@@ -275,7 +278,7 @@ def same_plan(fleet: Fleet, config: FleetConfig, executors: list[str]) -> bool:
 
 def reproducible(plans: list[FleetPlan]) -> bool:
     """The runs in which no safety stop fired gave one plan."""
-    clean = [p for p in plans if p.stats[0].details.get("safety_stops") == "none"]
+    clean = [p for p in plans if not p.stats[0].safety_stops]
     return len({(p.placements, p.objective) for p in clean}) <= 1
 
 

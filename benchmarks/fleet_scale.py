@@ -93,7 +93,7 @@ def main() -> int:
                         passed = False
                         continue
                     stats = plan["stats"][0]
-                    stops = stats["details"].get("safety_stops", "-")
+                    stops = ", ".join(stats.get("safety_stops", ())) or "none"
                     print(
                         f"{workers * per_worker:>6} {replicas:>8} {limit:>5g} {len(text) / 1e6:>5.1f} {wall:>6.2f}s "
                         f"{stats['wall_time_s']:>5.2f}s {wall - limit:>+5.2f}s {len(plan['placements']):>6}  "

@@ -27,7 +27,8 @@ from pathlib import Path
 from layerfit.domain import Cluster, Deployment, Gpu, LlamaParams, MemoryProfile, PlannerConfig, Worker
 from layerfit.domain.layout import Layout
 from layerfit.estimators import estimate_profile
-from layerfit.estimators.shape import ModelShape, read_gguf
+from layerfit.estimators.model_shape import ModelShape
+from layerfit.estimators.shape import read_gguf
 from layerfit.heuristics.moe import plan_with_experts
 from layerfit.memory.experts import with_host_experts
 from layerfit.planning.planner import plan

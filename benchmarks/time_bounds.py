@@ -185,7 +185,7 @@ def measure_large(limit: float, replicas: int, repeats: int) -> bool:
         f"{min(r for r, _, _ in runs):.2f}-{max(r for r, _, _ in runs):.2f} s, plan "
         f"{min(p for _, p, _ in runs):.2f}-{max(p for _, p, _ in runs):.2f} s), {len(plan.placements)} replicas placed"
     )
-    print(f"    last run: safety stops: {plan.stats[0].details.get('safety_stops')}")
+    print(f"    last run: safety stops: {', '.join(plan.stats[0].safety_stops) or 'none'}")
     return max(totals) <= limit + FLEET_OVERHEAD_S
 
 

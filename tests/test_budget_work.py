@@ -20,7 +20,7 @@ from layerfit.budget.work import Work
 from layerfit.domain import Deployment, GiB, MemoryProfile, PlannerConfig, Status
 from layerfit.domain.fleet import Executor, FleetConfig
 from layerfit.fleet import plan_fleet
-from layerfit.planning.planner import plan, time_cuts
+from layerfit.planning.planner import plan
 
 SMALL = Deployment(name="small", profile=MemoryProfile.uniform(4, 1 * GiB, 0, output_weight_bytes=1 * GiB))
 """Fits on one GPU of many: alternatives abound."""
@@ -39,7 +39,7 @@ def test_a_loaded_machine_gives_the_same_plan_json(deployment: Deployment, found
     with slow_solves(LOAD_S):
         loaded = plan(target, deployment, config)
     assert len(idle.alternatives) == found and idle.stats[1].details["truncated"] == ""
-    assert stable_json(loaded) == stable_json(idle) and time_cuts(loaded) == ()
+    assert stable_json(loaded) == stable_json(idle) and loaded.time_cuts == ()
 
 
 def test_explains_relaxed_plans_are_the_same_under_load() -> None:
@@ -63,7 +63,7 @@ def test_a_work_budget_cuts_at_the_same_point_on_every_run() -> None:
         loaded = plan(target, DISTRIBUTED, config, explain=False, work=Work(0.24, Deadline.after(600)))
     heuristic, solver = idle.stats
     assert heuristic.details["truncated"] == "work" and 0 < int(heuristic.details["rpc_combinations"]) < 512
-    assert heuristic.details["safety_stops"] == solver.details["safety_stops"] == "" and time_cuts(idle) == ()
+    assert heuristic.safety_stops == solver.safety_stops == () and idle.time_cuts == ()
     assert stable_json(loaded) == stable_json(idle)
 
 
@@ -79,7 +79,7 @@ def test_a_cp_sat_solve_cut_by_its_work_budget_is_no_safety_stop(monkeypatch: py
     solver = first.stats[1]
     assert solver.status is Status.FEASIBLE and solver.details["hint"] == "incomplete"
     assert {"hint", "3-workers"} <= set(str(solver.details["truncated"]).split(","))
-    assert solver.details["safety_stops"] == "" and time_cuts(first) == ()
+    assert solver.safety_stops == () and first.time_cuts == ()
     assert stable_json(first) == stable_json(second)
 
 
@@ -90,8 +90,8 @@ def test_a_safety_stop_is_named_where_it_fires() -> None:
     with ticking_clock(86_400.0):
         result = plan(target, DISTRIBUTED, PlannerConfig(time_limit_s=60), explain=False)
     heuristic, solver = result.stats
-    assert heuristic.details["safety_stops"] == "deadline" and solver.details["safety_stops"] == "deadline"
-    assert time_cuts(result) == ("heuristic", "cp-sat")
+    assert heuristic.safety_stops == ("deadline",) and solver.safety_stops == ("deadline",)
+    assert result.time_cuts == ("heuristic", "cp-sat")
 
 
 def test_fleet_candidate_columns_do_not_depend_on_load() -> None:
@@ -103,7 +103,7 @@ def test_fleet_candidate_columns_do_not_depend_on_load() -> None:
     idle = plan_fleet(distributed_fleet(), config, planner)
     with planner_under(lambda: slow_solves(LOAD_S)):
         loaded = plan_fleet(distributed_fleet(), config, planner)
-    assert loaded.stats[0].details["safety_stops"] == idle.stats[0].details["safety_stops"] == "none"
+    assert loaded.stats[0].safety_stops == idle.stats[0].safety_stops == ()
     columns = [next(s.details["candidates"] for s in p.stats if "candidates" in s.details) for p in (idle, loaded)]
     assert columns[0] == columns[1]
     assert stable_json(loaded) == stable_json(idle)

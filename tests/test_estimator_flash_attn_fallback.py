@@ -16,7 +16,7 @@ import pytest
 from layerfit.domain import LlamaParams
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
 from layerfit.estimators.compute import flash_attn_off_splits
-from layerfit.estimators.shape import ModelShape
+from layerfit.estimators.model_shape import ModelShape
 from layerfit.memory import claims, device_overhead_bytes, layout_from_flags, main_host_overhead_bytes
 from layerfit.solver.model.costs import memory_costs
 from layerfit.testing.arch_fixtures import write_arch_model

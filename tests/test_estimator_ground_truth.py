@@ -17,7 +17,7 @@ from fixtures_gguf import Comparison, Run, compare_run, estimate_run, load_runs,
 
 from layerfit.domain import LlamaParams
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_gguf
-from layerfit.estimators.estimate import GPU_RUNTIME_BYTES
+from layerfit.estimators.runtime import GPU_RUNTIME_BYTES
 from layerfit.memory import claims, layout_from_flags
 
 MiB = 1024**2

@@ -13,7 +13,8 @@ import pytest
 from layerfit.errors import EstimationError
 from layerfit.estimators import read_gguf
 from layerfit.estimators.architectures import KNOWN_ARCHITECTURES
-from layerfit.estimators.tensor_names import ARCH_TENSORS, created_by, known_to_llama_cpp, pattern
+from layerfit.estimators.tensor_name_tables import ARCH_TENSORS
+from layerfit.estimators.tensor_names import created_by, known_to_llama_cpp, pattern
 from layerfit.testing.arch_fixtures import ARCH_MODELS, arch_tensor_table
 from layerfit.testing.synthetic import F32, TensorSpec, write_gguf
 

@@ -241,7 +241,7 @@ def test_swap_needs_one_stop_first_and_says_so() -> None:
 
 
 def test_fast_single_gpu_candidates_equal_the_memory_model() -> None:
-    from layerfit.fleet import _single_gpu_candidates
+    from layerfit.fleet.single_gpu import single_gpu_candidates
 
     cluster = Cluster(
         workers=(worker("w", 16, 8, 4), worker("u", 24, ram_gib=20).model_copy(update={"unified_memory": True}))
@@ -255,7 +255,7 @@ def test_fast_single_gpu_candidates_equal_the_memory_model() -> None:
             PLANNER,
             single_gpu_layouts(cluster, deployment, deployment.profile, PLANNER),
         )
-        assert _single_gpu_candidates(cluster, deployment, deployment.profile, PLANNER, 0, 0) == list(slow)
+        assert single_gpu_candidates(cluster, deployment, deployment.profile, PLANNER, 0, 0) == list(slow)
 
 
 @pytest.mark.parametrize("seed", [1, 4, 5])

@@ -163,7 +163,8 @@ def test_pricing_against_every_layout(
     fleet: Fleet, gpu_prices: list[float], layer_value: float, opening: list[float], limit: float
 ) -> None:
     # a problem cut short (deterministic limit 1e-4) still bounds every layout
-    from layerfit.fleet.pricing import Prices, claim_value, price
+    from layerfit.fleet.prices import Prices, claim_value
+    from layerfit.fleet.pricing import price
 
     gpus = [(w.name, g.index) for w in fleet.cluster.workers for g in w.gpus]
     workers = [w.name for w in fleet.cluster.workers]

@@ -87,12 +87,12 @@ def test_a_context_choice_cut_by_the_planners_safety_stop_is_a_safety_stop() -> 
     fleet = Fleet(cluster=gpus(500), deployments=(Deployment(name="a", profile=PROFILE, ctx_min=1000, ctx_max=16384),))
     with planner_under(lambda: ticking_clock(86_400.0)):  # every deadline past by the next read
         cut = plan_fleet(fleet, CONFIG, PLANNER)
-    stops = str(cut.stats[0].details["safety_stops"])
+    stops = ", ".join(cut.stats[0].safety_stops)
     assert "context choice of a" in stops
     said = [r for r in cut.reasons if "safety stop" in r.message]
     assert len(said) == 1 and stops in said[0].message
     whole = plan_fleet(fleet, CONFIG, PLANNER)
-    assert whole.stats[0].details["safety_stops"] == "none"
+    assert whole.stats[0].safety_stops == ()
     assert not any("safety stop" in r.message for r in whole.reasons)
 
 

@@ -43,7 +43,7 @@ def test_a_search_cut_by_its_work_budget_gives_the_same_plan_serially_and_on_the
     # the group search ran several groups and was cut by its budget, not by the clock
     ended, groups = str(details["footprint_search"]).split(" after ")
     assert ended == "budget" and int(groups.split()[0]) >= 2
-    assert details["safety_stops"] == "none"
+    assert serial[0].stats[0].safety_stops == ()
     assert key(serial[1]) == key(serial[0])
     assert key(pool) == key(serial[0])
 
@@ -52,8 +52,8 @@ def test_the_plan_says_when_the_safety_stop_fired(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(budget, "WORK_SHARE", 1000.0)  # a budget the clock always ends first
     config = CONFIG.model_copy(update={"time_limit_s": 1.0, "executor": Executor.SERIAL})
     plan = plan_fleet(ten_workers(), config, PLANNER)
-    stops = str(plan.stats[0].details["safety_stops"])
-    assert stops != "none"
+    stops = ", ".join(plan.stats[0].safety_stops)
+    assert stops
     said = [r for r in plan.reasons if r.kind is ReasonKind.STRATEGY_SKIPPED and "safety stop" in r.message]
     assert len(said) == 1 and stops in said[0].message and "differ from run to run" in said[0].message
 
@@ -102,12 +102,12 @@ def test_the_planner_cut_by_its_own_safety_stop_is_a_safety_stop() -> None:
     config = CONFIG.model_copy(update={"executor": Executor.SERIAL})
     with planner_under(lambda: ticking_clock(86_400.0)):  # every deadline past by the next read
         cut = plan_fleet(distributed_fleet(), config, PlannerConfig(time_limit_s=30.0))
-    stops = str(cut.stats[0].details["safety_stops"])
+    stops = ", ".join(cut.stats[0].safety_stops)
     assert "single-deployment planner" in stops
     said = [r for r in cut.reasons if r.kind is ReasonKind.STRATEGY_SKIPPED and "safety stop" in r.message]
     assert len(said) == 1 and stops in said[0].message
     whole = plan_fleet(distributed_fleet(), config, PlannerConfig(time_limit_s=30.0))
-    assert whole.stats[0].details["safety_stops"] == "none" and len(whole.placements) == 1
+    assert whole.stats[0].safety_stops == () and len(whole.placements) == 1
 
 
 def test_the_plan_says_when_parallel_search_may_change_it() -> None:
@@ -124,8 +124,8 @@ def test_a_later_safety_stop_joins_those_the_plan_names() -> None:
     from layerfit.budget.fleet import safety_reason, with_safety_stop
     from layerfit.domain import EngineStats, Status
 
-    stats = EngineStats(engine="fleet", wall_time_s=0.0, status=Status.FEASIBLE, details={"safety_stops": "a, b"})
+    stats = EngineStats(engine="fleet", wall_time_s=0.0, status=Status.FEASIBLE, safety_stops=("a", "b"))
     plan = FleetPlan(status=Status.FEASIBLE, stats=(stats,), reasons=(safety_reason(["a", "b"]),))
     joined = with_safety_stop(plan, "c")
-    assert joined.stats[0].details["safety_stops"] == "a, b, c"
+    assert joined.stats[0].safety_stops == ("a", "b", "c")
     assert joined.reasons == (safety_reason(["a", "b", "c"]),)

@@ -48,8 +48,8 @@ def run(executor: Executor) -> tuple[object, ...]:
         # three re-solves of 5-11 ms unloaded, which load ~8 cut, 10 columns against 14); its own
         # 30 s limit is its safety stop, which the retries see (test_budget_work emulates the load)
         result = plan_fleet(fleet(), config, PlannerConfig(time_limit_s=30.0))
-        stops.append(result.stats[0].details["safety_stops"])
-        if stops[-1] == "none":
+        stops.append(result.stats[0].safety_stops)
+        if not stops[-1]:
             return result.placements, result.unplaced, result.moves, result.objective, result.bounds
     pytest.fail(f"the safety stop fired on every run on {executor.value}: {stops}")
 

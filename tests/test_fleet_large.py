@@ -41,7 +41,8 @@ from layerfit.fleet.lp import PLACED, Fleetwide, Goal, solve_lp
 from layerfit.fleet.master import Master
 from layerfit.fleet.moves import gpu_names
 from layerfit.fleet.plan import final_reserve
-from layerfit.fleet.pricing import Priced, Prices, PricingTask, build_cost, relaxed_answer
+from layerfit.fleet.prices import Prices
+from layerfit.fleet.pricing import Priced, PricingTask, build_cost, relaxed_answer
 from layerfit.fleet.pricing_bound import relaxed_bound
 from layerfit.fleet.tiers import MODEL_STAGE, solve_tiers
 from layerfit.memory import claims, make_layout
@@ -240,7 +241,7 @@ def test_a_plan_whose_limit_ended_before_it_began_keeps_within_reach_and_says_wh
     fleet = _fleet()
     started = time.perf_counter()
     plan = plan_fleet(fleet, CONFIG, PLANNER, deadline=Deadline(started - 1.0))
-    stops = str(plan.stats[0].details["safety_stops"])
+    stops = plan.stats[0].safety_stops
     # every stage that checks the clock stopped: no search, no model; the greedy start is the plan
     assert "candidate generation" in stops and MODEL_STAGE in stops
     assert plan.stats[0].details["candidate_generation"].startswith("cut short")
@@ -255,7 +256,7 @@ def test_a_plan_whose_limit_ended_before_it_began_keeps_within_reach_and_says_wh
     assert len(plan.commands) == len(plan.placements)
     # the same fleet with its limit ahead: nothing is cut
     planned = plan_fleet(fleet, CONFIG, PLANNER)
-    assert planned.stats[0].details["safety_stops"] == "none" and len(planned.placements) > len(plan.placements)
+    assert planned.stats[0].safety_stops == () and len(planned.placements) > len(plan.placements)
 
 
 def test_the_master_model_is_not_built_past_its_deadline() -> None:

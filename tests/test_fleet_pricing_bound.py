@@ -29,7 +29,8 @@ from layerfit.domain import (
     RoleCosts,
 )
 from layerfit.fleet import pricing_bound
-from layerfit.fleet.pricing import Prices, claim_value, price
+from layerfit.fleet.prices import Prices, claim_value
+from layerfit.fleet.pricing import price
 from layerfit.fleet.pricing_bound import relaxed_bound
 from layerfit.memory import claims
 

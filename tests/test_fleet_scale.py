@@ -28,7 +28,8 @@ from layerfit.domain import (
 )
 from layerfit.domain.fleet import Executor, Fleet, FleetConfig
 from layerfit.fleet import plan_fleet
-from layerfit.fleet.pricing import Prices, claim_value, price, priced_model
+from layerfit.fleet.prices import Prices, claim_value
+from layerfit.fleet.pricing import price, priced_model
 from layerfit.memory import claims, make_layout
 from layerfit.solver.model.scale import MAX_SCALED, RADIX, add_at_most, largest_number
 

@@ -14,7 +14,7 @@ from layerfit.domain import Cluster, Deployment, Layout
 from layerfit.io.documents import load_file
 from layerfit.io.plot import axis_ticks, bars
 from layerfit.memory import claims
-from layerfit.planning.planner import resolve_profile
+from layerfit.planning.profiles import resolve_profile
 
 EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
 CLUSTER = str(EXAMPLES / "cluster.yaml")

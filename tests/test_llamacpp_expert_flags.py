@@ -19,7 +19,6 @@ from layerfit.llamacpp.expert_flags import (
     ExpertFlags,
     compile_pattern,
     expert_block_pattern,
-    expert_flags,
     parse_expert_flags,
 )
 from layerfit.llamacpp.pattern_cost import MAX_SEARCH_PATHS, search_paths
@@ -86,7 +85,7 @@ def test_bad_counts_and_forms(tokens: list[str], problem: str) -> None:
 
 def test_params_keep_the_flags_for_the_estimator() -> None:
     params = LlamaParams.from_args(["--n-cpu-moe 3", "-c 4096"])
-    assert expert_flags(params) == ExpertFlags(n_cpu_moe=3)
+    assert params.expert_flags() == ExpertFlags(n_cpu_moe=3)
 
 
 def test_estimate_charges_the_expert_tensors_of_the_named_blocks(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from layerfit.domain import DeviceAssignment, Layout
 from layerfit.estimators import overrides
-from layerfit.estimators.shape import ModelShape, read_gguf
+from layerfit.estimators.model_shape import ModelShape
+from layerfit.estimators.shape import read_gguf
 from layerfit.llamacpp.expert_flags import parse_expert_flags
 from layerfit.llamacpp.expert_launch import expert_args, numbers_pattern
 from layerfit.memory import make_layout

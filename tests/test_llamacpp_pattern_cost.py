@@ -161,10 +161,9 @@ def by_regexes(path: Path, flags: ExpertFlags) -> tuple[int, ...]:
 def test_many_tensors_and_blocks_give_what_the_regexes_give(tmp_path: Path, args: list[str]) -> None:
     path = crafted(tmp_path, blocks=64, tensors=8192)
     params = LlamaParams.from_args(args)
-    from layerfit.llamacpp.expert_flags import expert_flags
 
-    resolved = resolve(read_gguf(str(path)), expert_flags(params))
-    assert resolved.block_bytes == by_regexes(path, expert_flags(params))
+    resolved = resolve(read_gguf(str(path)), params.expert_flags())
+    assert resolved.block_bytes == by_regexes(path, params.expert_flags())
     assert estimate_profile(path, params).fixed_host_experts == resolved.blocks
 
 

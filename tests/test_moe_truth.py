@@ -18,7 +18,6 @@ from fixtures_gguf import GROUND_TRUTH_DIR, Comparison, Run, interpret, load_run
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
 from layerfit.estimators import overrides as tensor_overrides
 from layerfit.estimators.llamacpp_log import HOST, reported_host_weight_offset
-from layerfit.llamacpp.expert_flags import expert_flags
 from layerfit.memory import claims, main_host_overhead_bytes
 from layerfit.memory.experts import with_host_experts
 from layerfit.testing.arch_fixtures import write_arch_model
@@ -39,7 +38,7 @@ def comparisons(run: Run, path: Path) -> Iterator[Comparison]:
     interpretation = interpret(run, shape.block_count)
     profile = estimate_profile(shape, interpretation.params, runtime=interpretation.runtime)
     layout = with_host_experts(interpretation.layout, profile.fixed_host_experts or ())
-    kept = tensor_overrides.resolve(shape, expert_flags(interpretation.params)).tensors
+    kept = tensor_overrides.resolve(shape, interpretation.params.expert_flags()).tensors
     on_gpus = [name for name in kept if int(name.split(".")[1]) >= layout.cpu_blocks]
     offset = reported_host_weight_offset(
         header, layout, repack=True, projection=False, mmap=interpretation.params.mmap, overridden=on_gpus

@@ -16,8 +16,8 @@ from fixtures_gguf import write_tiny
 from layerfit.domain import Cluster, Deployment, LlamaParams, PlannerConfig, format_bytes
 from layerfit.domain.layout import Layout
 from layerfit.estimators import RuntimeCosts, read_gguf
+from layerfit.estimators.model_shape import ModelShape
 from layerfit.estimators.report import estimate_report, estimate_table
-from layerfit.estimators.shape import ModelShape
 from layerfit.io.documents import load_file
 from layerfit.memory import claims, layout_from_flags
 from layerfit.planning.planner import plan

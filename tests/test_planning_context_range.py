@@ -105,7 +105,6 @@ def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> N
     # The bisection compares plans at several contexts; one cut by the wall clock (its safety stop)
     # may have decided the choice, although the plan chosen was not cut: the context stage says so
     from layerfit.planning.context_range import plan_context
-    from layerfit.planning.planner import time_cuts
 
     deployment = Deployment(name="m", profile=PROFILE, ctx_min=1000, ctx_max=16384)
     base = deployment.model_copy(update={"ctx_min": None, "ctx_max": None})
@@ -115,8 +114,10 @@ def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> N
         found = plan(cluster(500), fixed, CONFIG, from_ctx(ctx), explain=with_explain)
         if ctx <= 2560:
             return found
-        stopped = {"truncated": "deadline", "safety_stops": "deadline"}
-        cut = tuple(s.model_copy(update={"details": {**s.details, **stopped}}) for s in found.stats)
+        stopped = {"safety_stops": ("deadline",)}
+        cut = tuple(
+            s.model_copy(update={"details": {**s.details, "truncated": "deadline"}, **stopped}) for s in found.stats
+        )
         return found.model_copy(update={"stats": cut})  # a larger context, cut: it does not fit anyway
 
     def from_ctx(ctx: int) -> MemoryProfile:
@@ -125,4 +126,4 @@ def test_a_cut_plan_the_choice_compared_marks_the_context_stage_truncated() -> N
     result = plan_context(deployment, ctx_candidates(1000, 16384), plan_at, PROFILE)  # type: ignore[arg-type]
     stats = next(s for s in result.stats if s.engine == "context")
     assert stats.details["ctx_size"] == 2560 and stats.details["truncated"] == "plans"
-    assert stats.details["safety_stops"] == "plans" and time_cuts(result) == ("context",)
+    assert stats.safety_stops == ("plans",) and result.time_cuts == ("context",)

@@ -9,7 +9,8 @@ import pytest
 from layerfit.check import check
 from layerfit.domain import Cluster, Deployment, PlannerConfig, Status, StrategyClass
 from layerfit.io.documents import load_file
-from layerfit.planning.planner import plan, resolve_profile
+from layerfit.planning.planner import plan
+from layerfit.planning.profiles import resolve_profile
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 CONFIG = PlannerConfig(time_limit_s=5.0)
@@ -45,7 +46,7 @@ def test_too_big_explains_each_way_out_and_each_way_works(cluster: Cluster) -> N
         again = plan(cluster, relaxed, CONFIG, explain=False)
         assert again.best is not None and again.best.layout.gpu_layers == by_kind[kind].gpu_layers
     # the suggested ctx fits, and one step (256) more does not
-    from layerfit.planning.planner import profile_at_ctx
+    from layerfit.planning.profiles import profile_at_ctx
 
     ctx = by_kind["ctx_size"].value
     assert ctx is not None

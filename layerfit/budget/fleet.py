@@ -112,11 +112,10 @@ def safety_reason(stops: list[str]) -> Reason | None:
 def with_safety_stop(plan: FleetPlan, stage: str) -> FleetPlan:
     """``plan`` with one more stage its safety stop (or a time limit of its own) cut short: in the
     ``safety_stops`` detail and in the one reason that names them."""
-    details = plan.stats[0].details
-    before = str(details.get("safety_stops", "none"))
-    stops = [stage] if before == "none" else [before, stage]
-    first = plan.stats[0].model_copy(update={"details": {**details, "safety_stops": ", ".join(stops)}})
-    old = safety_reason([before]) if before != "none" else None
+    before = plan.stats[0].safety_stops
+    stops = [*before, stage]
+    first = plan.stats[0].model_copy(update={"safety_stops": tuple(stops)})
+    old = safety_reason(list(before))
     said = safety_reason(stops)
     reasons = (*(reason for reason in plan.reasons if reason != old), *([said] if said else []))
     return plan.model_copy(update={"stats": (first, *plan.stats[1:]), "reasons": reasons})

@@ -108,7 +108,7 @@ def plan_panel(cluster: Cluster, deployment: Deployment, plan: Plan) -> tuple[st
         return title, []
     from layerfit.check import unified_workers
     from layerfit.memory import claims
-    from layerfit.planning.planner import resolve_profile
+    from layerfit.planning.profiles import resolve_profile
 
     gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in closest.devices)
     needed = claims(resolve_profile(deployment), closest, unified_workers(cluster))

@@ -71,7 +71,7 @@ def _draw(path: str, fleet: Fleet, result: FleetPlan) -> None:
     from layerfit.cli.inputs import write_plot
     from layerfit.errors import LayerfitError
     from layerfit.memory import claims
-    from layerfit.planning.planner import resolve_profile
+    from layerfit.planning.profiles import resolve_profile
 
     profiles = {}
     for deployment in fleet.deployments:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -21,6 +21,9 @@ from layerfit.domain.limits import MAX_DEVICES
 from layerfit.errors import InputError
 from layerfit.llamacpp.flags import LEGACY_FLAGS, Flag, lookup, normalise, refusal, unknown_flag
 from layerfit.llamacpp.shell_words import check_words, split_items
+
+if TYPE_CHECKING:
+    from layerfit.llamacpp.expert_flags import ExpertFlags
 
 DEFAULT_CTX_SIZE = 8192
 """Context size GPUStack assumes when ``--ctx-size`` is not given."""
@@ -70,10 +73,10 @@ class LlamaParams(Frozen):
     swa_full: bool = False
     """``--swa-full``: sliding-window layers cache the whole context, as full-attention layers do."""
     kv_offload: bool = True
+    """``-kvo``/``-nkvo``: ``False`` keeps the KV cache in host RAM, and the attention over it on the host."""
     kv_unified: bool | None = None
     """``-kvu``/``-no-kvu``: one KV cache shared by the sequences, or one per sequence; ``None`` is
     llama-server's default (shared when ``-np`` is not given)."""
-    """``-kvo``/``-nkvo``: ``False`` keeps the KV cache in host RAM, and the attention over it on the host."""
     mmproj: str | None = None
     extra: tuple[str, ...] = ()
     """Flags without effect on the memory layerfit plans, passed through to ``llama-server`` unchanged."""
@@ -105,6 +108,12 @@ class LlamaParams(Frozen):
     def mmap(self) -> bool:
         """Whether llama.cpp memory-maps the model file."""
         return self.load_mode not in _UNMAPPED_LOAD_MODES
+
+    def expert_flags(self) -> ExpertFlags:
+        """The tensor overrides among the pass-through flags (``-ot``, ``-cmoe``, ``-ncmoe``)."""
+        from layerfit.llamacpp.expert_flags import parse_expert_flags  # not on the start-up path
+
+        return parse_expert_flags(self.extra)[0]
 
     @property
     def uses_training_ctx(self) -> bool:
@@ -198,7 +207,7 @@ def _check_passed_through(extra: tuple[str, ...]) -> None:
 
 def _check_overrides(extra: tuple[str, ...]) -> None:
     """The tensor overrides in ``extra`` are well formed, portable and bounded (``expert_flags``)."""
-    from layerfit.llamacpp.expert_flags import parse_expert_flags  # it reads LlamaParams: imported late
+    from layerfit.llamacpp.expert_flags import parse_expert_flags  # not on the start-up path
 
     parse_expert_flags(extra)
 

@@ -120,6 +120,9 @@ class EngineStats(Frozen):
     objective: float | None = None
     bound: float | None = None
     details: dict[str, float | int | str] = Field(default_factory=dict)
+    safety_stops: tuple[str, ...] = ()
+    """The stages of this engine the wall clock (the time limit's safety stop) cut short, not their
+    work budget: only then may the same input give another answer on another run."""
 
 
 class Command(Frozen):
@@ -224,3 +227,10 @@ class Plan(Frozen):
     @property
     def strategy(self) -> StrategyClass | None:
         return None if self.best is None else self.best.strategy
+
+    @property
+    def time_cuts(self) -> tuple[str, ...]:
+        """The engines the wall clock cut short (their ``safety_stops``): only then may the same input
+        give another plan on another run. (A work budget cuts a stage, ``truncated``, at the same
+        point on every run.)"""
+        return tuple(stats.engine for stats in self.stats if stats.safety_stops)

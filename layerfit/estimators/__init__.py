@@ -8,9 +8,12 @@
 """
 
 from layerfit.estimators.compute import Backend
-from layerfit.estimators.estimate import RuntimeCosts, Settings, estimate_profile, profile_for, resolve_settings
+from layerfit.estimators.estimate import estimate_profile, profile_for
 from layerfit.estimators.gguf_reader import ArrayInfo, GgufHeader, TensorInfo, read_header
-from layerfit.estimators.shape import ModelShape, read_gguf, shape_from_header
+from layerfit.estimators.model_shape import ModelShape
+from layerfit.estimators.runtime import RuntimeCosts
+from layerfit.estimators.settings import Settings, resolve_settings
+from layerfit.estimators.shape import read_gguf, shape_from_header
 
 __all__ = [
     "ArrayInfo",

@@ -37,7 +37,7 @@ from typing import Literal, NamedTuple
 
 from layerfit.domain.profile import ComputeBuffer
 from layerfit.estimators.kv import CacheGeometry
-from layerfit.estimators.shape import ModelShape
+from layerfit.estimators.model_shape import ModelShape
 
 Backend = Literal["cuda", "cpu"]
 """``cuda``: GPU devices (a GPU build offloads the host's large operations to them); ``cpu``: the

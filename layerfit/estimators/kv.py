@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType
-from layerfit.estimators.shape import ModelShape
+from layerfit.estimators.model_shape import ModelShape
 
 CTX_PAD = 256
 STATE_BYTES = 4

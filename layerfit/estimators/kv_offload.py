@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from layerfit.errors import InputError
 from layerfit.estimators.compute import Activations, ComputeEstimate
-from layerfit.estimators.shape import ModelShape
+from layerfit.estimators.model_shape import ModelShape
 
 FLAG = "-nkvo"
 GPU_BUILD_WARNING = (

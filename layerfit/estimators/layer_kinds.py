@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from layerfit.domain.profile import KindsCompute
 from layerfit.estimators.compute import ComputeEstimate
-from layerfit.estimators.shape import ModelShape
+from layerfit.estimators.model_shape import ModelShape
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from layerfit.errors import InputError
 from layerfit.estimators.header_access import BLOCK_PREFIX, OUTPUT_PREFIXES
-from layerfit.estimators.shape import ModelShape
+from layerfit.estimators.model_shape import ModelShape
 from layerfit.llamacpp.expert_flags import (
     CPU_MOE_FLAGS,
     EXPERTS_PATTERN,

@@ -13,14 +13,10 @@ from layerfit.domain import Claims, DeviceAssignment, Layout, LlamaParams, Memor
 from layerfit.domain.base import SCHEMA_VERSION, Frozen, NonNegInt
 from layerfit.domain.choices import ModelKind
 from layerfit.domain.params import DEFAULT_CTX_SIZE
-from layerfit.estimators.estimate import (
-    DEFAULT_RUNTIME,
-    RuntimeCosts,
-    Settings,
-    estimate_profile,
-    resolve_settings,
-)
-from layerfit.estimators.shape import ModelShape
+from layerfit.estimators.estimate import estimate_profile
+from layerfit.estimators.model_shape import ModelShape
+from layerfit.estimators.runtime import DEFAULT_RUNTIME, RuntimeCosts
+from layerfit.estimators.settings import Settings, resolve_settings
 from layerfit.memory import claims, layout_from_flags, make_layout
 
 _GPU = "gpu"

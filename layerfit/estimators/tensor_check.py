@@ -25,7 +25,7 @@ from layerfit.estimators.tensor_set import check_tensor_set
 from layerfit.estimators.tensor_types import check_tensor_types
 
 if TYPE_CHECKING:
-    from layerfit.estimators.shape import ModelShape
+    from layerfit.estimators.model_shape import ModelShape
 
 MAMBA1 = frozenset({"mamba", "jamba"})
 """Mamba-1 mixers: ``ssm_conv1d`` spans the inner width, ``ssm_a`` is ``state x inner``."""

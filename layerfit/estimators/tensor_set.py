@@ -29,7 +29,7 @@ from layerfit.estimators.gguf_constants import Keys
 from layerfit.estimators.header_access import MetaReader, TensorGroups
 
 if TYPE_CHECKING:
-    from layerfit.estimators.shape import ModelShape
+    from layerfit.estimators.model_shape import ModelShape
 
 ENCODERS_WITHOUT_OUTPUT_NORM = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "neo-bert"})
 """Architectures that load no ``output_norm.weight`` (every other modelled one requires it)."""

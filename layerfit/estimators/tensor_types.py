@@ -26,7 +26,7 @@ from layerfit.estimators.gguf_constants import GGMLQuantizationType as T
 if TYPE_CHECKING:
     from layerfit.estimators.gguf_types import TensorInfo
     from layerfit.estimators.header_access import TensorGroups
-    from layerfit.estimators.shape import ModelShape
+    from layerfit.estimators.model_shape import ModelShape
 
 ELEMENTWISE_TYPES = frozenset({T.F32, T.F16, T.BF16})
 """Types a norm or bias may have: F32 everywhere, F16 and BF16 on some backends."""

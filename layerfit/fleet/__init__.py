@@ -29,24 +29,25 @@ first tier not proven.
 """
 
 from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement
-from layerfit.fleet.candidates import _single_gpu_candidates, generate_candidates, valid_candidates
+from layerfit.fleet.candidates import generate_candidates, valid_candidates
 from layerfit.fleet.master import priority_weights
 from layerfit.fleet.moves import order_moves
 from layerfit.fleet.plan import choose, plan_fleet
 from layerfit.fleet.sequential import plan_sequential, subtract
+from layerfit.fleet.single_gpu import single_gpu_candidates
 
 __all__ = [
     "Fleet",
     "FleetConfig",
     "FleetPlan",
     "Placement",
-    "_single_gpu_candidates",
     "choose",
     "generate_candidates",
     "order_moves",
     "plan_fleet",
     "plan_sequential",
     "priority_weights",
+    "single_gpu_candidates",
     "subtract",
     "valid_candidates",
 ]

@@ -1,7 +1,6 @@
 """Candidate layouts for one deployment, each checked alone against the cluster.
 
-Its current layouts; a single-GPU full offload on every GPU that can hold it (the claims of such a
-layout do not depend on which GPU, so they are computed once per memory type); for the workers
+Its current layouts; a single-GPU full offload on every GPU that can hold it (``single_gpu``); for the workers
 with several GPUs, the fewest-GPU full offloads on that worker alone; and, when nothing fits on one
 worker, the single-deployment planner's layouts over the whole cluster.
 """
@@ -12,151 +11,20 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TypeVar
-
-import numpy as np
 
 from layerfit.budget.deadline import Deadline
 from layerfit.budget.fleet import HOST_LAYOUT_S, PLANNER_S
-from layerfit.check import checked_claims, offload_order_reasons, rule_reasons
+from layerfit.check import checked_claims
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment, ModelKind
-from layerfit.domain.layout import Claims, DeviceAssignment, Layout
+from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import MemoryProfile
-from layerfit.fleet.gpu_table import BoolArray, GpuTable, IntArray
-from layerfit.memory import claims as compute_claims
-from layerfit.memory import make_layout
+from layerfit.fleet.gpu_table import GpuTable
+from layerfit.fleet.single_gpu import chosen_singles, fitting_gpus, multi_gpu_hosts, stratified
 from layerfit.planning.layouts import worker_layouts
 
 CandidateSet = tuple[tuple[Layout, Claims], ...]
-Item = TypeVar("Item")
-
-
-def _stratified(items: Sequence[Item], limit: int, offset: int) -> list[Item]:
-    """At most ``limit`` items spread evenly over ``items``, starting at a per-deployment offset."""
-    if limit <= 0 or len(items) <= limit:
-        return list(items)
-    step = len(items) / limit
-    return [items[int((i * step + offset % max(1, int(step))) % len(items))] for i in range(limit)]
-
-
-def _single_layout(profile: MemoryProfile, config: PlannerConfig, worker: Worker, index: int) -> Layout:
-    device = DeviceAssignment(worker=worker.name, gpu_index=index, blocks=profile.n_blocks)
-    return make_layout(worker.name, profile.n_blocks, [device], config.offload_order)
-
-
-def _single_template(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, worker: Worker, index: int
-) -> Claims | None:
-    """The claims of a full offload on one GPU of this worker's memory type; ``None`` if a rule forbids it."""
-    layout = _single_layout(profile, config, worker, index)
-    rules = (
-        *offload_order_reasons(layout, config.offload_order),
-        *rule_reasons(cluster, deployment, profile, layout, config),
-    )
-    if rules:
-        return None
-    return compute_claims(profile, layout, {worker.name} if worker.unified_memory else ())
-
-
-class _Fitting:
-    """The GPUs a single-GPU full offload fits on alone (rows of the fleet's ``GpuTable``, in
-    cluster order), and its claims per memory kind (unified or not): they depend only on that, so
-    the memory model and the rules run once per kind."""
-
-    def __init__(self, table: GpuTable, fits: BoolArray, templates: dict[bool, Claims | None]) -> None:
-        self.table, self.fits, self.templates = table, fits, templates
-        self.rows = np.flatnonzero(fits)
-
-    def __bool__(self) -> bool:
-        return len(self.rows) > 0
-
-    @cached_property
-    def _by_room(self) -> IntArray:
-        order = self.table.by_room
-        return order[self.fits[order]]
-
-    def chosen(self, limit: int, offset: int) -> list[int]:
-        """Every fitting GPU's row, or (past ``limit``) half of those that fit tightest (the same
-        ones for every deployment, so that several can share a GPU) and half spread evenly over the
-        rest (so that deployments do not all compete for the same few)."""
-        if limit <= 0 or len(self.rows) <= limit:
-            return [int(row) for row in self.rows]
-        tight = limit // 2
-        rest = _stratified(range(tight, len(self.rows)), limit - tight, offset)
-        return [int(self._by_room[position]) for position in [*range(tight), *rest]]
-
-
-def _fitting_gpus(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, table: GpuTable
-) -> _Fitting:
-    """The GPUs (of the selection, where there is one) a full offload fits on alone."""
-    selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
-    mask = table.selected(selected)
-    templates: dict[bool, Claims | None] = {}
-    fits = np.zeros(len(mask), dtype=np.bool_)
-    for unified in (False, True):
-        first = table.first_of_kind(mask, unified)
-        if first is None:
-            continue
-        worker, index = table.gpu(first)
-        template = templates[unified] = _single_template(cluster, deployment, profile, config, worker, index)
-        if template is not None:
-            ram = template.workers[0].pool_bytes if unified else template.workers[0].ram_bytes
-            fits |= table.fitting(mask, unified, template.devices[0].total_bytes, ram)
-    return _Fitting(table, fits, templates)
-
-
-def _moved_template(template: Claims, worker: Worker, index: int) -> Claims:
-    return template.model_copy(
-        update={
-            "devices": (template.devices[0].model_copy(update={"worker": worker.name, "gpu_index": index}),),
-            "workers": (template.workers[0].model_copy(update={"worker": worker.name}),),
-        }
-    )
-
-
-def _chosen_singles(
-    profile: MemoryProfile,
-    config: PlannerConfig,
-    fitting: _Fitting,
-    limit: int,
-    offset: int,
-    made: dict[int, tuple[Layout, Claims]] | None = None,
-) -> list[tuple[Layout, Claims]]:
-    """The chosen single-GPU full offloads with their claims (``made``: those of the group so far,
-    which members share)."""
-    made = {} if made is None else made
-    chosen = []
-    for row in fitting.chosen(limit, offset):
-        if row not in made:
-            worker, index = fitting.table.gpu(row)
-            template = fitting.templates[worker.unified_memory]
-            assert template is not None  # a GPU fits only where its kind has a template
-            made[row] = (_single_layout(profile, config, worker, index), _moved_template(template, worker, index))
-        chosen.append(made[row])
-    return chosen
-
-
-def _single_gpu_candidates(
-    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, limit: int, offset: int
-) -> list[tuple[Layout, Claims]]:
-    """Full offloads on one GPU that fit (at most ``limit``, chosen from ``offset``)."""
-    fitting = _fitting_gpus(cluster, deployment, profile, config, GpuTable.of(cluster))
-    return _chosen_singles(profile, config, fitting, limit, offset)
-
-
-def _lower_bound_vram(profile: MemoryProfile) -> int:
-    """VRAM any full offload needs in total, whatever the split: weights, KV and the output layer."""
-    return sum(profile.block_weight_bytes) + sum(profile.block_kv_bytes) + profile.output_weight_bytes
-
-
-def _multi_gpu_hosts(deployment: Deployment, profile: MemoryProfile, table: GpuTable) -> list[Worker]:
-    """Workers with several GPUs whose VRAM together can hold a full offload, smallest first."""
-    named = None if deployment.gpu_selection is None else set(deployment.selected_workers)
-    return table.hosts(_lower_bound_vram(profile), named)
 
 
 def _planner_candidates(
@@ -166,12 +34,11 @@ def _planner_candidates(
     within its own time limit and the safety stop ``until`` (``time.time()``); and whether a time
     limit cut its search (``planner.time_cuts``: another run may find other layouts)."""
     from layerfit.planning.planner import plan as plan_one
-    from layerfit.planning.planner import time_cuts
 
     deadline = None if until is None else Deadline.after(until - time.time())
     result = plan_one(cluster, deployment, config, profile, explain=False, deadline=deadline)
     layouts = [c.layout for c in ([result.best] if result.best else []) + list(result.alternatives)]
-    return valid_candidates(cluster, deployment, profile, config, layouts), bool(time_cuts(result))
+    return valid_candidates(cluster, deployment, profile, config, layouts), bool(result.time_cuts)
 
 
 Member = tuple[tuple[Layout, ...], int, int, int]
@@ -197,8 +64,8 @@ class _Shared:
         self, cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, table: GpuTable
     ) -> None:
         self.cluster, self.deployment, self.profile, self.config = cluster, deployment, profile, config
-        self.fitting = _fitting_gpus(cluster, deployment, profile, config, table)
-        self.hosts = [] if deployment.kind is ModelKind.IMAGE else _multi_gpu_hosts(deployment, profile, table)
+        self.fitting = fitting_gpus(cluster, deployment, profile, config, table)
+        self.hosts = [] if deployment.kind is ModelKind.IMAGE else multi_gpu_hosts(deployment, profile, table)
         self._on_host: dict[str, tuple[Layout, Claims] | None] = {}
         self._planner: CandidateSet | None = None
         self.singles: dict[int, tuple[Layout, Claims]] = {}
@@ -278,10 +145,10 @@ def _member_candidates(shared: _Shared, member: Member, allowance: Allowance) ->
     found = list(valid_candidates(shared.cluster, shared.deployment, shared.profile, shared.config, current))
     if allowance.past_final():
         return tuple(dict(found).items())
-    found += _chosen_singles(shared.profile, shared.config, shared.fitting, quota, offset, shared.singles)
+    found += chosen_singles(shared.profile, shared.config, shared.fitting, quota, offset, shared.singles)
     fits_one_worker = bool(shared.fitting)
     needed = replicas if shared.fitting else needed_layouts(replicas, quota)
-    for worker in _stratified(shared.hosts, quota, offset):
+    for worker in stratified(shared.hosts, quota, offset):
         if not shared.has_host(worker):
             optional = len(found) >= needed
             if optional and not allowance.take(HOST_LAYOUT_S):
@@ -313,7 +180,7 @@ def _member_candidates(shared: _Shared, member: Member, allowance: Allowance) ->
 def host_demand(deployment: Deployment, profile: MemoryProfile, quotas: Sequence[int], table: GpuTable) -> float:
     """Nominal seconds a group of identical deployments' candidates take at most, about (each
     member looks at up to its quota of workers, 0: every one)."""
-    hosts = len(_multi_gpu_hosts(deployment, profile, table))
+    hosts = len(multi_gpu_hosts(deployment, profile, table))
     looked_at = hosts if any(q <= 0 for q in quotas) else min(hosts, sum(quotas))
     return HOST_LAYOUT_S * looked_at + (0.0 if hosts else PLANNER_S)
 

@@ -36,15 +36,8 @@ from layerfit.fleet.executors import run_shared
 from layerfit.fleet.gaps import UNITS, gap
 from layerfit.fleet.gaps import tier_bound as gap_bound
 from layerfit.fleet.lp import GPUS, LAYERS, MOVES, PLACED, Fleetwide, Goal, LpSolution, solve_lp
-from layerfit.fleet.pricing import (
-    Priced,
-    Prices,
-    PricingTask,
-    build_cost,
-    claim_value,
-    pricing_task,
-    relaxed_answer,
-)
+from layerfit.fleet.prices import Prices, claim_value
+from layerfit.fleet.pricing import Priced, PricingTask, build_cost, pricing_task, relaxed_answer
 
 __all__ = ["GPUS", "LAYERS", "MOVES", "PLACED", "Bound", "ColumnGeneration", "Goal"]
 

@@ -8,7 +8,8 @@ from collections import Counter
 from layerfit.check import reference_reasons
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands, own_port
-from layerfit.planning.planner import deployment_commands, resolve_profile
+from layerfit.planning.planner import deployment_commands
+from layerfit.planning.profiles import resolve_profile
 from layerfit.planning.usage import use_of
 
 

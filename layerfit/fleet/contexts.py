@@ -26,7 +26,7 @@ PlanFleet = Callable[[Fleet], FleetPlan]
 
 def fixed_at(deployment: Deployment, ctx: int) -> Deployment:
     """The deployment with a fixed context (its explicit profile re-estimated or KV scaled)."""
-    from layerfit.planning.planner import profile_at_ctx
+    from layerfit.planning.profiles import profile_at_ctx
 
     params = deployment.params.model_copy(update={"ctx_size": ctx})
     profile = None if deployment.profile is None else profile_at_ctx(deployment, ctx)
@@ -42,11 +42,11 @@ CONTEXT_STAGE = "the context choice of {names} (the single-deployment planner's 
 def chosen_context(fleet: Fleet, deployment: Deployment, config: PlannerConfig) -> tuple[int, bool]:
     """The context the deployment's own plan picks on the whole cluster, and whether a time limit
     cut a plan that choice compared (``planner.time_cuts``: another run may choose otherwise)."""
-    from layerfit.planning.planner import plan, time_cuts
+    from layerfit.planning.planner import plan
 
     result = plan(fleet.cluster, deployment, config, explain=False)
     stats = next(s for s in result.stats if s.engine == "context")
-    return int(stats.details["ctx_size"]), bool(time_cuts(result))
+    return int(stats.details["ctx_size"]), bool(result.time_cuts)
 
 
 def smallest_context(deployment: Deployment) -> int:

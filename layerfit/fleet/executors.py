@@ -4,6 +4,7 @@ every executor gives the same answer."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -47,8 +48,9 @@ def start_executor(config: FleetConfig) -> None:
 
 
 def _load_fleet() -> None:
-    """A Ray worker's first task: the fleet package loaded, as every later task needs it."""
-    import layerfit.fleet  # noqa: F401
+    """A Ray worker's first task: the fleet package loaded, as every later task needs it (by name,
+    as unpickling a task loads it: this module is part of the package)."""
+    importlib.import_module("layerfit.fleet")
 
 
 def _ray(config: FleetConfig) -> Any:

@@ -158,8 +158,8 @@ def choose(
             "deployments": len(deployments),
             "executor": config.executor.value,
             **outcome.details,
-            "safety_stops": ", ".join(budget.stops) or "none",
         },
+        safety_stops=tuple(budget.stops),
     )
     return FleetPlan(
         status=outcome.status,

@@ -43,7 +43,7 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.errors import SolverError
 from layerfit.fleet.master import ResourceKey, capacity_bytes, claim_bytes, gpu_weight
-from layerfit.fleet.pricing import Prices, claim_value
+from layerfit.fleet.prices import Prices, claim_value
 
 PLACED = "priority weight placed"
 LAYERS = "layers on GPUs"

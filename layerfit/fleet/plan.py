@@ -145,8 +145,8 @@ def _plan_fleet(
                 "candidate_generation_s": round(generation_s, 3),
                 "candidate_generation": generation,
                 "sequential_seed": "complete" if seed_complete else f"cut short at {len(seed)} replicas",
-                "safety_stops": ", ".join(budget.stops) or "none",
             },
+            "safety_stops": tuple(budget.stops),
         }
     )
     said = [reason for reason in (safety_reason(budget.stops), parallel_reason(config.num_search_workers)) if reason]

@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
@@ -33,6 +32,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import MemoryProfile
+from layerfit.fleet.prices import Prices, claim_value
 from layerfit.fleet.pricing_bound import relaxed_bound
 from layerfit.memory import claims as compute_claims
 from layerfit.solver.model.build import BuiltModel, build_model
@@ -53,20 +53,6 @@ ABSOLUTE_GAP = 1e-3
 
 
 @dataclass(frozen=True)
-class Prices:
-    """Dual prices per MiB of each resource, and the value of one layer on GPUs."""
-
-    gpu: Mapping[tuple[str, int], float] = field(default_factory=dict)
-    worker: Mapping[str, float] = field(default_factory=dict)
-    """Per MiB of RAM, or of the whole pool on a unified-memory worker."""
-    layer_value: float = 0.0
-    gpu_open: Mapping[tuple[str, int], float] = field(default_factory=dict)
-    """Per GPU the layout uses at all (the GPUs tier's price of opening it)."""
-    worker_open: Mapping[str, float] = field(default_factory=dict)
-    """Per worker the layout runs a process on (llama-server or an rpc-server)."""
-
-
-@dataclass(frozen=True)
 class Priced:
     """What pricing found for one deployment."""
 
@@ -81,20 +67,6 @@ class Priced:
     complete: bool = True
     """The model's figures are exact (sizes scaled without rounding, and found layouts valued no
     higher by the model than in bytes), so ``bound`` holds over every valid layout."""
-
-
-def claim_value(cluster: Cluster, prices: Prices, layout: Layout, claims: Claims) -> float:
-    """A layout's exact value under ``prices``: layers times their value, minus priced claims and
-    the opening prices of the GPUs and workers it uses."""
-    cost = sum(prices.gpu.get((d.worker, d.gpu_index), 0.0) * d.total_bytes / MiB for d in claims.devices)
-    cost += sum(prices.gpu_open.get(gpu, 0.0) for gpu in {(d.worker, d.gpu_index) for d in claims.devices})
-    cost += sum(prices.worker_open.get(name, 0.0) for name in {claim.worker for claim in claims.workers})
-    for claim in claims.workers:
-        price = prices.worker.get(claim.worker, 0.0)
-        if price:
-            unified = cluster.worker(claim.worker).unified_memory
-            cost += price * (claim.pool_bytes if unified else claim.ram_bytes) / MiB
-    return prices.layer_value * layout.gpu_layers - cost
 
 
 def _split_classes(instance: Instance, prices: Prices) -> Instance:

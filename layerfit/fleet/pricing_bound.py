@@ -46,7 +46,7 @@ from layerfit.fleet.pricing_ceilings import fractional_best
 from layerfit.memory import block_prefix_bytes
 
 if TYPE_CHECKING:
-    from layerfit.fleet.pricing import Prices
+    from layerfit.fleet.prices import Prices
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -68,7 +68,7 @@ def _selection_problem(cluster: Cluster, ref: GpuRef) -> Reason | None:
 
 def _deployment_problem(cluster: Cluster, deployment: Deployment) -> tuple[MemoryProfile | None, Reason | None]:
     """The deployment's profile where it can be estimated, and why the deployment cannot be planned."""
-    from layerfit.planning.planner import resolve_profile
+    from layerfit.planning.profiles import resolve_profile
 
     try:
         profile: MemoryProfile | None = resolve_profile(deployment)

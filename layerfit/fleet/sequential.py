@@ -16,7 +16,7 @@ from layerfit.memory import claims as compute_claims
 
 
 def resolve_profiles(deployments: Sequence[Deployment]) -> list[MemoryProfile]:
-    from layerfit.planning.planner import resolve_profile
+    from layerfit.planning.profiles import resolve_profile
 
     return [resolve_profile(deployment) for deployment in deployments]
 

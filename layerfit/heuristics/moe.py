@@ -98,8 +98,10 @@ def _cut(found: tuple[Plan, tuple[int, ...]], limit: str) -> tuple[Plan, tuple[i
     """The plan of a search over expert counts a limit stopped: its stats say ``truncated`` (and,
     stopped by the clock, ``safety_stops``: another run may have tried more counts)."""
     result, blocks = found
-    said = {"truncated": limit, "safety_stops": limit if limit == DEADLINE else ""}
-    stats = tuple(s.model_copy(update={"details": {**s.details, **said}}) for s in result.stats)
+    stops = (limit,) if limit == DEADLINE else ()
+    stats = tuple(
+        s.model_copy(update={"details": {**s.details, "truncated": limit}, "safety_stops": stops}) for s in result.stats
+    )
     return result.model_copy(update={"stats": stats}), blocks
 
 

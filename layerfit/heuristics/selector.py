@@ -97,9 +97,9 @@ def plan(
             "claims_computed": ctx.evaluator.claims_computed,
             "rpc_combinations": budget.rpc_combinations,
             "truncated": budget.truncated,
-            "safety_stops": budget.truncated if budget.stopped else "",
             "work_s": round(spent, 6),
         },
+        safety_stops=(budget.truncated,) if budget.stopped else (),
     )
     return Plan(
         deployment=deployment.name,

@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from layerfit.domain.base import Frozen, NonNegInt
-from layerfit.domain.params import LlamaParams
 from layerfit.errors import InputError
 from layerfit.llamacpp.shell_words import argument_problem
 
@@ -295,8 +294,3 @@ def _count(flag: str, text: str) -> int:
     if not text.isdigit() or len(text) > 9:
         raise InputError(flag, f"expected a block count (a non-negative integer), got {text!r}")
     return int(text)
-
-
-def expert_flags(params: LlamaParams) -> ExpertFlags:
-    """The tensor overrides among the deployment's llama-server flags."""
-    return parse_expert_flags(params.extra)[0]

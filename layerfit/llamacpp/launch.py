@@ -33,7 +33,6 @@ from layerfit.domain.params import LlamaParams
 from layerfit.domain.plan import Command
 from layerfit.errors import InputError
 from layerfit.llamacpp.builds import check_flags, flash_attn_args, load_mode_args
-from layerfit.llamacpp.expert_flags import expert_flags
 from layerfit.llamacpp.expert_launch import expert_args
 from layerfit.llamacpp.flags import kind_switches
 from layerfit.memory import gpu_layers_flag, tensor_split_counts
@@ -187,7 +186,7 @@ def server_command(
         argv += ["--device", ",".join(llama_device_names(cluster, layout))]
         if endpoints:
             argv += ["--rpc", ",".join(endpoints)]
-    if not expert_flags(params).given:
+    if not params.expert_flags().given:
         experts = expert_args(layout, expertless_blocks)
         check_flags(experts, build, "the layout keeps experts of GPU blocks in host RAM")
         argv += experts

@@ -91,9 +91,7 @@ def _with_ctx(result: Plan, ctx: int, compared: list[Plan], started: float) -> P
     """The plan with the context stage's stats: the chosen context, the plans it took, and
     ``truncated`` and ``safety_stops`` (``plans``) when the wall clock cut any of them (another run
     may choose otherwise; a work budget cuts them the same on every run)."""
-    from layerfit.planning.planner import time_cuts
-
-    cut = any(time_cuts(plan) for plan in compared)
+    cut = any(plan.time_cuts for plan in compared)
     stats = EngineStats(
         engine="context",
         wall_time_s=time.perf_counter() - started,
@@ -102,7 +100,7 @@ def _with_ctx(result: Plan, ctx: int, compared: list[Plan], started: float) -> P
             "ctx_size": ctx,
             "plans": len(compared),
             "truncated": "plans" if cut else "",
-            "safety_stops": "plans" if cut else "",
         },
+        safety_stops=("plans",) if cut else (),
     )
     return result.model_copy(update={"stats": (*result.stats, stats)})

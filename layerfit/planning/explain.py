@@ -46,8 +46,8 @@ class ExplainBudget:
         return 3 + max(1, (self.ctx_size // _MIN_CTX).bit_length())
 
     @property
-    def safety_stops(self) -> str:
-        return DEADLINE if self.truncated == DEADLINE else ""
+    def safety_stops(self) -> tuple[str, ...]:
+        return (DEADLINE,) if self.truncated == DEADLINE else ()
 
     def _cut(self, limit: str) -> None:
         if not self.truncated or limit == DEADLINE:

@@ -36,6 +36,7 @@ from layerfit.memory.experts import (
     with_host_experts,
 )
 from layerfit.planning.device_cap import device_cap_reason
+from layerfit.planning.profiles import profile_at_ctx, resolve_profile, scaled_to_ctx
 from layerfit.planning.usage import use_of
 
 if TYPE_CHECKING:
@@ -55,15 +56,6 @@ MIN_SOLVER_TIME_S = 0.1
 """Nor with less time left before the safety stop (``truncated`` and ``safety_stops``: ``deadline``)."""
 MIN_CTX_STEP_S = 0.03
 """The least work budget of one plan of a context search (nominal seconds)."""
-
-
-def resolve_profile(deployment: Deployment) -> MemoryProfile:
-    """The deployment's memory profile: given explicitly, or estimated from its GGUF file."""
-    if deployment.profile is not None:
-        return deployment.profile
-    from layerfit.estimators import profile_for
-
-    return profile_for(deployment)
 
 
 def model_path(deployment: Deployment) -> str:
@@ -265,13 +257,6 @@ def _solve(
     return solver.solve(cluster, deployment, profile, config, hint=hint, work=work.part(work.left()))
 
 
-def time_cuts(result: Plan) -> tuple[str, ...]:
-    """The engines of ``result`` the wall clock cut short (their ``safety_stops`` detail): only then
-    may the same input give another plan on another run. (A work budget cuts a stage, ``truncated``,
-    at the same point on every run.)"""
-    return tuple(stats.engine for stats in result.stats if stats.details.get("safety_stops", ""))
-
-
 def with_device_cap(
     cluster: Cluster, deployment: Deployment, config: PlannerConfig, profile: MemoryProfile, reasons: tuple[Reason, ...]
 ) -> tuple[Reason, ...]:
@@ -312,19 +297,12 @@ def _plan_ctx_range(
     def plan_at(_: Deployment, ctx: int, with_explain: bool) -> Plan:
         params = deployment.params.model_copy(update={"ctx_size": ctx})
         fixed = fixed_base.model_copy(update={"params": params})
-        at_ctx = profile_at_ctx(deployment, ctx) if profile is None else _scaled(profile, deployment, ctx)
+        at_ctx = profile_at_ctx(deployment, ctx) if profile is None else scaled_to_ctx(profile, deployment, ctx)
         step = Work(step_s, work.deadline, parent=work)  # its own share, whatever the others spent
         return plan(cluster, fixed, config, at_ctx, explain=explain and with_explain, work=step)
 
     reference = profile if profile is not None else profile_at_ctx(deployment, values[0])
     return plan_context(deployment, values, plan_at, reference)
-
-
-def _scaled(profile: MemoryProfile, deployment: Deployment, ctx: int) -> MemoryProfile:
-    """A given profile at another context: re-estimated from the GGUF file, else KV scaled."""
-    if deployment.gguf_path is not None:
-        return profile_at_ctx(deployment, ctx)
-    return profile_at_ctx(deployment.model_copy(update={"profile": profile}), ctx)
 
 
 def with_experts(
@@ -347,22 +325,6 @@ def _assert_valid(
         if violations:
             details = "; ".join(reason.message for reason in violations)
             raise SolverError(f"deployment {deployment.name}: an engine returned an invalid layout: {details}")
-
-
-def profile_at_ctx(deployment: Deployment, ctx_size: int) -> MemoryProfile:
-    """The deployment's profile at another context size.
-
-    Exact (re-estimated) for a GGUF file; for an explicit profile the KV cache is scaled linearly
-    with ctx, which is right for full-attention layers and conservative for sliding-window ones.
-    """
-    params = deployment.params.model_copy(update={"ctx_size": ctx_size})
-    if deployment.gguf_path is not None:
-        return resolve_profile(deployment.model_copy(update={"params": params}))
-    if deployment.profile is None:
-        raise InputError(f"deployment[{deployment.name}]", "has neither gguf_path nor profile")
-    base = deployment.params.effective_ctx_size
-    kv = tuple(-(-size * ctx_size // base) for size in deployment.profile.block_kv_bytes)
-    return deployment.profile.model_copy(update={"block_kv_bytes": kv})
 
 
 def relaxations(
@@ -392,7 +354,7 @@ def relaxations(
         if share is None:
             return Plan(deployment=d.name, status=Status.UNKNOWN)
         answer = plan(c, d, cfg, p, explain=False, work=share)
-        budget.saw(answer.status, stopped=bool(time_cuts(answer)))
+        budget.saw(answer.status, stopped=bool(answer.time_cuts))
         return answer
 
     found = find(
@@ -402,6 +364,7 @@ def relaxations(
         engine="explain",
         wall_time_s=time.perf_counter() - started,
         status=Status.UNKNOWN if budget.truncated else Status.FEASIBLE if found else Status.INFEASIBLE,
-        details={"plans": budget.plans, "truncated": budget.truncated, "safety_stops": budget.safety_stops},
+        details={"plans": budget.plans, "truncated": budget.truncated},
+        safety_stops=budget.safety_stops,
     )
     return found, (stats,)

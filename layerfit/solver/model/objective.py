@@ -1,4 +1,4 @@
-"""The objective tiers of DESIGN.md.
+"""The objective tiers of ``docs/design.md`` ("The objective").
 
 Strict tiers, solved together with weights that provably dominate (each tier's weight exceeds
 the whole range of the tiers below it; the ranges are small, so coefficients stay small):

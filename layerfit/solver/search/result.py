@@ -9,7 +9,7 @@ from layerfit.domain.plan import Candidate, EngineStats, Status
 
 
 class TierValues(Frozen):
-    """The objective tiers of the best layout, in DESIGN.md order."""
+    """The objective tiers of the best layout, in the order of ``docs/design.md``."""
 
     gpu_layers: NonNegInt
     expert_blocks_on_gpus: NonNegInt | None = None

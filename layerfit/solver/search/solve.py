@@ -5,7 +5,7 @@ The strict tiers (layers, workers, GPUs) are decided first, then the tie-break:
 1. **Every layer on GPUs, fewest workers first.** With ``t = 1, 2, ...`` workers, a model
    restricted to layouts with ``t`` workers asks for the layer ceiling (every layer, or the user's
    ``-ngl``) and the fewest GPUs. Workers that cannot take part in such a layout by a capacity
-   bound (``bounds``) are left out, and for ``t >= 2`` dominated workers too (``prune``). With
+   bound (``model.capacity``) are left out, and for ``t >= 2`` dominated workers too (``prune``). With
    one worker the GPU count grows one by one (``k = 1, 2, ...`` local slots): GPUStack's order
    (one GPU, then several GPUs of one worker), but each step is an exact search. The first
    ``t`` with a solution gives the optimal strict tiers: no layout has more layers, every smaller
@@ -89,7 +89,7 @@ def solve(
     shortcuts: bool = True,
     work: Work | None = None,
 ) -> SolveResult:
-    """The provably best layout for one deployment under DESIGN.md's objective tiers.
+    """The provably best layout for one deployment under the objective tiers of ``docs/design.md``.
 
     ``hint`` (the heuristic's best layout) seeds the search; it need not be valid. A valid hint is
     the incumbent: the answer is never worse than it, and never UNKNOWN or INFEASIBLE.

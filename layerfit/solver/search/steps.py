@@ -1,7 +1,7 @@
 """Step 1 of ``search``: the layer ceiling on exactly ``t`` workers (and, on one, ``k`` GPUs).
 
 Each step restricts the model to its worker count and to the workers a capacity bound lets take
-part (``bounds``), and hints it with the heuristic's layout when its tiers match the step. A
+part (``model.capacity``), and hints it with the heuristic's layout when its tiers match the step. A
 multi-worker step without such a hint gets a greedy layout (``witness``); when that meets the
 step's GPU-count bound, the step is proven without a CP-SAT search.
 """

@@ -140,8 +140,10 @@ class SearchOutcome:
 def not_run(deployment: Deployment, wall_time_s: float = 0.0, *, limit: str = DEADLINE) -> SolveResult:
     """The answer when a limit kept CP-SAT from starting: UNKNOWN, truncated by ``limit``, the
     safety stop (``DEADLINE``) or the work budget (``WORK``)."""
-    details: dict[str, float | int | str] = {"truncated": limit, "safety_stops": limit if limit == DEADLINE else ""}
-    stats = EngineStats(engine=ENGINE, wall_time_s=wall_time_s, status=Status.UNKNOWN, details=details)
+    stops = (limit,) if limit == DEADLINE else ()
+    stats = EngineStats(
+        engine=ENGINE, wall_time_s=wall_time_s, status=Status.UNKNOWN, details={"truncated": limit}, safety_stops=stops
+    )
     return SolveResult(deployment=deployment.name, status=Status.UNKNOWN, wall_time_s=wall_time_s, stats=stats)
 
 
@@ -197,11 +199,16 @@ def solve_result(
         "local_slots": instance.local_slots,
         "alternatives": len(alternatives),
         "truncated": ",".join(trace.cuts),
-        "safety_stops": ",".join(trace.stops),
         "work_s": round(clock.spent(), 6),
     }
     stats = EngineStats(
-        engine=ENGINE, wall_time_s=wall, status=status, objective=objective, bound=bound, details=details
+        engine=ENGINE,
+        wall_time_s=wall,
+        status=status,
+        objective=objective,
+        bound=bound,
+        details=details,
+        safety_stops=tuple(trace.stops),
     )
     return SolveResult(
         deployment=instance.deployment,

@@ -1,6 +1,6 @@
 """A lower bound on the GPUs of a layout with a given number of workers (``fewest_gpus``).
 
-Like ``bounds``, every figure is in the model's own scaled units, so the bound holds for the model.
+Like ``model.capacity``, every figure is in the model's own scaled units, so the bound holds for the model.
 """
 
 from __future__ import annotations
