@@ -67,9 +67,9 @@ def test_prompt_threads_follow_tb() -> None:
 
 
 def test_an_rpc_server_costs_a_round_trip_per_micro_batch() -> None:
-    # per micro-batch of 512: 1 ms + 0.2 ms, and 512 x (16,384 + 2 x 512 mask... ) bytes: sent
-    # 16,384 + 4 + 512 x 2 (mask of 512 cells) and returned 16,384, less the 4-byte position counted
-    # once: 33,792 B per token x 512 x 8 / 10 Gbit/s = 13.84 ms; (1.2 + 13.84) / 512 per token
+    # per micro-batch of 512: a round trip 1 ms + 0.2 ms fixed; per token its hidden state both ways and
+    # the mask of 512 cells (F16): 16,384 x 2 + 1,024 = 33,792 B, x 512 x 8 / 10 Gbit/s = 13.84 ms;
+    # (1.2 + 13.84) / 512 per token
     terms = _terms(("b", 0, 2), ("a", 0, 2))
     assert terms["rpc b:cuda:0 (NVIDIA GeForce RTX 4090)"] == pytest.approx((1.2 + 33_792 * 512 * 8 / 10e9 * 1e3) / 512)
 
