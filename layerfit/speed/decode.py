@@ -91,6 +91,9 @@ class DecodeCosts:
     """The main process's cost per token, and the KV cache read on the host with ``-nkvo``."""
     fixed_why: str
     notes: tuple[str, ...]
+    """What was assumed of the devices and links."""
+    host_notes: tuple[str, ...] = ()
+    """What was assumed of the main worker's CPU (it matters only where the layout uses it)."""
 
 
 def _block_costs(rate: Rate, work: tuple[BlockWork, ...], cache_here: bool) -> tuple[tuple[float, ...], ...]:
@@ -141,7 +144,7 @@ def decode_costs(
     host = host_facts(main, threads)
     work = decode_work(shape, fill)
     cache_on_host = profile.host_kv_bytes > 0
-    notes = list(host.notes)
+    notes: list[str] = []
     host_r = host_rate(host)
     host_full, _, host_read = _block_costs(host_r, work, cache_here=not cache_on_host)
     host_expert = tuple(host_r.decode_ms(block.expert_bytes, block.expert_flops) for block in work)
@@ -161,7 +164,7 @@ def decode_costs(
         facts = gpu_facts(cluster.gpu_id(worker_name, index), worker.gpu(index))
         notes += facts.notes
         owner = host if worker_name == main_worker else host_facts(worker)
-        if facts.on_cpu and worker_name != main_worker:
+        if facts.on_cpu:  # ggml's CPU backend behind an rpc-server: its worker's figures
             notes += owner.notes
         devices[(worker_name, index)] = _device_costs(
             facts,
@@ -192,6 +195,7 @@ def decode_costs(
         calibration.MAIN_TOKEN_MS + cache_ms,
         fixed_why,
         tuple(dict.fromkeys(notes)),
+        host.notes,
     )
 
 

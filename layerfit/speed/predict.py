@@ -46,7 +46,9 @@ def layout_costs(
     costs = decode_costs(
         profile, shape, cluster, layout.main_worker, fill=fill, gpus=gpus, threads=settings.threads, sharing=sharing
     )
-    return costs, shape, fill, (*assumed, *fill_note, *costs.notes)
+    uses_host = layout.cpu_blocks > 0 or not layout.output_offloaded or bool(layout.host_expert_blocks)
+    host_notes = costs.host_notes if uses_host or profile.host_kv_bytes > 0 else ()
+    return costs, shape, fill, tuple(dict.fromkeys((*assumed, *fill_note, *host_notes, *costs.notes)))
 
 
 def predict(
