@@ -20,11 +20,11 @@ BLOCK_BYTES = GB + 1_024_000
 GPU_BLOCK_MS = 2.012048
 # the output layer: 0.5 GB / 5e8 B/ms = 1 ms + 10 us
 GPU_OUTPUT_MS = 1.01
-# on the host: min(4 threads x 10 GB/s, 100 GB/s x 0.8) = 40 GB/s = 4e7 B/ms -> 25.0256 ms (FLOPs:
-# 2.0001 GFLOP at 4 x 50 GFLOPS = 10.0005 ms, the lower roof) + 20 us per layer
-HOST_BLOCK_MS = 25.0456
-# the output layer on the host: 0.5 GB / 4e7 = 12.5 ms (1 GFLOP / 2e8 = 5 ms) + 20 us
-HOST_OUTPUT_MS = 12.52
+# on the host: min(4 threads x 10 GB/s, 100 GB/s x 0.8) = 40 GB/s = 4e7 B/ms -> 25.0256 ms, then the
+# FLOPs, 2.0001024 GFLOP at 4 x 50 GFLOPS = 2e8 FLOP/ms: 10.000512 ms, + 20 us per layer
+HOST_BLOCK_MS = 35.046112
+# the output layer on the host: 0.5 GB / 4e7 = 12.5 ms + 1 GFLOP / 2e8 = 5 ms + 20 us
+HOST_OUTPUT_MS = 17.52
 SYNC_MS = 0.02
 MAIN_MS = 0.5
 # an rpc-server: sent 4,096 x 4 (hidden state) + 4 (position) + 1,024 x 2 (F16 mask) = 18,436 B,
@@ -60,15 +60,15 @@ def test_full_offload_on_one_gpu() -> None:
 
 
 def test_partial_offload_adds_the_host_blocks_at_ram_speed() -> None:
-    # 2 blocks on the host: 2 x 25.0456 = 50.0912 ms; the GPU: 2 x 2.012048 + 1.01 + 0.02 = 5.054096 ms
+    # 2 blocks on the host: 2 x 35.046112 = 70.092224 ms; the GPU: 2 x 2.012048 + 1.01 + 0.02 = 5.054096 ms
     terms = _terms((("a", 0, 2),))
     assert terms == pytest.approx(
-        {"a:cuda:0 (NVIDIA GeForce RTX 4090)": 5.054096, "host a": 50.0912, "main process": 0.5}
+        {"a:cuda:0 (NVIDIA GeForce RTX 4090)": 5.054096, "host a": 70.092224, "main process": 0.5}
     )
 
 
 def test_cpu_only_reads_every_block_and_the_output_layer_on_the_host() -> None:
-    # 4 x 25.0456 + 12.52 = 112.7024 ms
+    # 4 x 35.046112 + 17.52 = 157.704448 ms
     assert _terms(()) == pytest.approx({"host a": 4 * HOST_BLOCK_MS + HOST_OUTPUT_MS, "main process": MAIN_MS})
 
 
@@ -119,11 +119,11 @@ def _moe_profile():  # type: ignore[no-untyped-def]
 def test_experts_kept_on_the_host_cost_their_routed_share_there_and_three_copies() -> None:
     # block 3's experts on the host. On the GPU: blocks 0-2 read 1.201024 GB: 2.402048 + 0.01 ms each;
     # block 3 reads 1.001024 GB: 2.012048 ms; output 1.01, copy 0.02, 3 x 0.02 for the experts' copies.
-    # On the host: 0.2 GB / 4e7 B/ms = 5 ms (0.4 GFLOP / 2e8 = 2 ms).
+    # On the host: 0.2 GB / 4e7 B/ms = 5 ms, then 0.4 GFLOP / 2e8 FLOP/ms = 2 ms.
     prediction = predict(_moe_profile(), layout(("a", 0, 4), experts=(3,)), round_cluster(), FILL)
     terms = {term.where: term.ms for term in prediction.terms}
     gpu = 3 * 2.412048 + GPU_BLOCK_MS + GPU_OUTPUT_MS + SYNC_MS + 3 * SYNC_MS
-    assert terms == pytest.approx({"a:cuda:0 (NVIDIA GeForce RTX 4090)": gpu, "host a": 5.0, "main process": MAIN_MS})
+    assert terms == pytest.approx({"a:cuda:0 (NVIDIA GeForce RTX 4090)": gpu, "host a": 7.0, "main process": MAIN_MS})
 
 
 def test_experts_on_the_host_behind_an_rpc_server_cost_a_round_trip_per_copy() -> None:
@@ -142,11 +142,12 @@ def test_a_gpu_shared_by_two_decoding_processes_gets_half_its_bandwidth() -> Non
 
 
 def test_the_kv_cache_kept_on_the_host_is_read_there() -> None:
-    # -nkvo: 4 blocks x 1,024,000 B of cache at 4e7 B/ms = 0.1024 ms on the host, whatever the layout
+    # -nkvo: 4 x 1,024,000 B of cache at 4e7 B/ms = 0.1024 ms, then 4 x 102,400 FLOPs of attention at 2e8
+    # FLOP/ms = 0.002048 ms, on the host whatever the layout
     profile = round_profile(host_kv_bytes=4 * 4096 * 1000, block_kv_bytes=(0,) * 4)
     prediction = predict(profile, layout(("a", 0, 4)), round_cluster(), FILL)
     terms = {term.where: term.ms for term in prediction.terms}
-    assert terms["main process"] == pytest.approx(MAIN_MS + 0.1024)
+    assert terms["main process"] == pytest.approx(MAIN_MS + 0.104448)
     assert terms["a:cuda:0 (NVIDIA GeForce RTX 4090)"] == pytest.approx(4 * (2 + 0.01) + GPU_OUTPUT_MS + SYNC_MS)
 
 

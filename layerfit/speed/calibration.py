@@ -36,40 +36,50 @@ class Family(NamedTuple):
 
 
 FAMILIES: dict[str, Family] = {
-    "blackwell": Family(bandwidth=0.78, compute=0.40, layer_us=11.0),
-    "hopper": Family(bandwidth=0.55, compute=0.12, layer_us=11.0),
-    "ada": Family(bandwidth=0.78, compute=0.40, layer_us=11.0),
-    "ampere": Family(bandwidth=0.78, compute=0.30, layer_us=11.0),
-    "turing": Family(bandwidth=0.70, compute=0.20, layer_us=11.0),
-    "volta": Family(bandwidth=0.65, compute=0.25, layer_us=11.0),
-    "cdna": Family(bandwidth=0.40, compute=0.09, layer_us=15.0),
-    "rdna": Family(bandwidth=0.70, compute=0.30, layer_us=15.0),
-    "apple": Family(bandwidth=0.75, compute=0.50, layer_us=15.0),
-    "unknown": Family(bandwidth=0.50, compute=0.10, layer_us=20.0),
+    "blackwell": Family(bandwidth=1.000, compute=0.554, layer_us=48.8),
+    "hopper": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
+    "ada": Family(bandwidth=1.000, compute=0.500, layer_us=48.8),
+    "ampere": Family(bandwidth=0.916, compute=0.571, layer_us=48.8),
+    "turing": Family(bandwidth=0.604, compute=0.251, layer_us=48.8),
+    "volta": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
+    "cdna": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
+    "rdna": Family(bandwidth=0.804, compute=0.373, layer_us=48.8),
+    "apple": Family(bandwidth=0.708, compute=0.664, layer_us=48.8),
+    "unknown": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
 }
-"""Per GPU family (``gpu_table.GpuSpec.family``). ``unknown`` is the stated fallback of a GPU the
-table does not name (with the table's slowest figures of its runtime)."""
+"""Per GPU family (``gpu_table.GpuSpec.family``), fitted by ``benchmarks/speed_truth.py --fit`` on
+22 scoreboard rows (Llama-2-7B Q4_0 at full offload): one share of the spec bandwidth and of the
+FP16 rate per family, one cost per layer for all (48.8 us). With one model size the share and the
+per-layer cost trade off against each other; the fit holds ada's and blackwell's shares at their
+bound, 1.0 (no GPU reads faster than its spec), and puts the rest in the per-layer cost: for much
+larger models than 7B the prediction leans fast. ``hopper`` and ``volta`` have no scoreboard row
+the table names (the H100 and V100 rows do not say which variant): they take ``unknown``'s
+figures, the lowest share and highest cost fitted (cdna's), which a GPU the table lacks gets too."""
 
-CPU_BANDWIDTH_PER_THREAD_GBPS = 7.3
+CPU_BANDWIDTH_PER_THREAD_GBPS = 14.2
 """GB/s of weights one CPU thread streams through llama.cpp's dot products while decoding."""
 CPU_BANDWIDTH_EFFICIENCY = 0.7
 """Share of the host's RAM bandwidth all threads together reach while decoding."""
-CPU_DECODE_GFLOPS_PER_THREAD = 60.0
+CPU_DECODE_GFLOPS_PER_THREAD = 42.9
 """GFLOPS one CPU thread reaches in matrix-vector products (decode): the compute roof of a block
 whose weights are dequantized at a cost (``max`` of the two roofs, per block)."""
-CPU_PROMPT_GFLOPS_PER_THREAD = 50.0
+CPU_PROMPT_GFLOPS_PER_THREAD = 61.2
 """GFLOPS one CPU thread reaches in matrix-matrix products (prompt processing)."""
-CPU_LAYER_US = 25.0
-"""Fixed time per layer and token on the CPU backend (one graph node per operation, a barrier each)."""
-MAIN_TOKEN_MS = 0.4
-"""The main process's fixed time per token: batch set-up, graph reuse, logits and sampling."""
-RPC_SERVER_FIXED_MS = 0.15
+CPU_LAYER_US = 0.0
+"""Fixed time per layer and token on the CPU backend (one graph node per operation, a barrier each);
+the fit finds none beyond the reading and the arithmetic."""
+MAIN_TOKEN_MS = 0.0
+"""The main process's fixed time per token: batch set-up, graph reuse, logits and sampling; the fit
+finds none beyond its blocks (held at 0)."""
+RPC_SERVER_FIXED_MS = 2.0
 """Fixed time per token and rpc-server besides the link: serialising the commands, the server's
-graph recompute and its reply."""
-EXPERT_SPLIT_TRANSFERS = 3
-"""Tensors copied to the host and back for each block whose experts stay on the host while the rest
-of it sits on a device: the hidden state, the router's expert ids and weights (``ggml-backend.cpp``
-copies each input of a split on its own). Each is a round trip on an RPC server."""
+graph recompute and its reply. Fitted on loopback rpc-servers sharing one core with the main
+process (each hop switches processes on that core): a dedicated machine may well pay less."""
+EXPERT_SPLIT_TRANSFERS = 2.3
+"""Round trips for each block whose experts stay on the host while the rest of it sits on a device:
+the scheduler fetches each input of the host's split on its own (``ggml-backend.cpp``: the hidden
+state, the router's expert ids and weights). Fitted on the delay proxy's ``--n-cpu-moe`` rows
+(2.3: not every input needs its own round trip); on a local GPU each costs ``GPU_SYNC_US``."""
 
 GPU_SYNC_US = 20.0
 """Stated, not fitted: a copy between the host and a local GPU or between two local GPUs (a few KB
