@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import statistics
 import sys
 import tempfile
@@ -70,6 +71,8 @@ class Case:
     settings: SpeedSettings
     decode_ms: float
     prompt_tok_s: float
+    model: str = ""
+    """The model (and thread count): layouts of one deployment are compared with each other."""
 
     def predict(self) -> SpeedPrediction:
         return predict(self.profile, self.layout, self.cluster, self.settings)
@@ -154,7 +157,7 @@ def cpu_case(row: dict[str, str], models: Path) -> Case:
         context_fill=prompt + int(row["eval_runs"]) // 2, prompt_tokens=prompt, threads=threads, batch_threads=threads
     )
     return Case(row["id"], row["split"], "cpu", "cpu", profile, layout, cluster, settings,
-                float(row["ms_per_token"]), float(row["pp_tok_s"]))  # fmt: skip
+                float(row["ms_per_token"]), float(row["pp_tok_s"]), f"{row['model']} t{threads}")  # fmt: skip
 
 
 LLAMA2_7B = ModelSpec(
@@ -241,6 +244,7 @@ def report(cases: list[Case], title: str) -> dict[tuple[str, str], float]:
     print("worst decode errors:")
     for value, case in sorted(errors, key=lambda item: -abs(item[0]))[:5]:
         print(f"  {value:+.1%}  {case.id} ({case.split})")
+    _ranking(cases)
     summary: dict[tuple[str, str], float] = {}
     for kind in ("cpu", "gpu"):
         for split in ("fit", "held_out"):
@@ -253,6 +257,19 @@ def report(cases: list[Case], title: str) -> dict[tuple[str, str], float]:
                       f"largest {max(values):.1%}, {within} within {'15' if kind == 'cpu' else '25'} %; prompt: "
                       f"median {statistics.median(prompt_values):.1%}, largest {max(prompt_values):.1%}")  # fmt: skip
     return summary
+
+
+def _ranking(cases: list[Case]) -> None:
+    """Pairs of layouts of one model whose measured decode times differ by more than 15 %: how often
+    the prediction orders them the same way."""
+    predicted = {case.id: case.predict().decode_ms_per_token for case in cases if case.kind == "cpu"}
+    pairs = right = 0
+    for first, second in itertools.combinations([case for case in cases if case.kind == "cpu"], 2):
+        slow, fast = sorted((first, second), key=lambda case: -case.decode_ms)
+        if first.model == second.model and slow.decode_ms > 1.15 * fast.decode_ms:
+            pairs += 1
+            right += predicted[slow.id] > predicted[fast.id]
+    print(f"ranking: {right} of {pairs} pairs of one model's layouts more than 15 % apart ordered right")
 
 
 def check_table(truth: Path) -> None:
