@@ -36,7 +36,7 @@ for each block kept on the host and ``costs.host.output_ms`` when the output lay
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.layout import Layout
@@ -108,7 +108,8 @@ def _block_costs(rate: Rate, work: tuple[BlockWork, ...], cache_here: bool) -> t
     return tuple(full), tuple(dense), tuple(read)
 
 
-def _transfer_ms(n_bytes: float, gbit_per_s: float) -> float:
+def transfer_ms(n_bytes: float, gbit_per_s: float) -> float:
+    """Milliseconds ``n_bytes`` take over a link of ``gbit_per_s``."""
     return n_bytes * 8 / (gbit_per_s * GB) * 1e3
 
 
@@ -215,31 +216,17 @@ def _device_costs(
     rate = gpu_rate(facts, owner, sharing)
     full, dense, read = _block_costs(rate, work, cache_here=not cache_on_host)
     output = rate.decode_ms(shape.output_bytes, shape.output_flops) + rate.layer_ms
-    where = f"{facts.gpu_id} ({facts.name})" if facts.name else facts.gpu_id
+    costs = DeviceCosts(facts.where, rate, full, dense, output, read)
     if worker_name == main_worker:
         sync = calibration.GPU_SYNC_US / 1e3
-        return DeviceCosts(
-            where,
-            rate,
-            full,
-            dense,
-            output,
-            read,
-            device_ms=sync,
-            expert_switch_ms=calibration.EXPERT_SPLIT_TRANSFERS * sync,
-        )
+        return replace(costs, device_ms=sync, expert_switch_ms=calibration.EXPERT_SPLIT_TRANSFERS * sync)
     link = link_facts(cluster.worker(main_worker), cluster.worker(worker_name))
     notes += link.notes
     sent, returned = traffic
-    hop = link.rtt_ms + _transfer_ms(sent + returned, link.bandwidth_gbps) + calibration.RPC_SERVER_FIXED_MS
-    logits = _transfer_ms(max(shape.vocab_size * F32_BYTES - returned, 0), link.bandwidth_gbps)
-    return DeviceCosts(
-        where,
-        rate,
-        full,
-        dense,
-        output,
-        read,
+    hop = link.rtt_ms + transfer_ms(sent + returned, link.bandwidth_gbps) + calibration.RPC_SERVER_FIXED_MS
+    logits = transfer_ms(max(shape.vocab_size * F32_BYTES - returned, 0), link.bandwidth_gbps)
+    return replace(
+        costs,
         hop_ms=hop,
         logits_ms=logits,
         expert_switch_ms=calibration.EXPERT_SPLIT_TRANSFERS * link.rtt_ms,

@@ -35,6 +35,11 @@ class GpuFacts:
     described: str
     notes: tuple[str, ...] = ()
 
+    @property
+    def where(self) -> str:
+        """How the terms name it: ``gpu-a:cuda:0 (RTX 4090)``."""
+        return f"{self.gpu_id} ({self.name})" if self.name else self.gpu_id
+
 
 @dataclass(frozen=True)
 class HostFacts:

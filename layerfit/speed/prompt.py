@@ -19,7 +19,7 @@ from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.domain.speed import SpeedShape, SpeedTerm
 from layerfit.speed import calibration
-from layerfit.speed.decode import F32_BYTES, hop_bytes
+from layerfit.speed.decode import F32_BYTES, hop_bytes, transfer_ms
 from layerfit.speed.devices import OP_OFFLOAD_TYPES, gpu_facts, host_facts, link_facts
 from layerfit.speed.rates import GB, Rate, gpu_rate, host_rate
 from layerfit.speed.work import BlockWork, prompt_work
@@ -67,7 +67,7 @@ def prompt_terms(
         flops = sum(_flops(work[b]) - (work[b].expert_flops if b in layout.host_expert_blocks else 0) for b in blocks)
         flops += shape.output_flops if holds_output else 0
         layers = len(blocks) + int(holds_output)
-        where = f"{facts.gpu_id} ({facts.name})" if facts.name else facts.gpu_id
+        where = facts.where
         ms = rate.prompt_ms(flops) + layers * rate.layer_ms / ubatch
         terms.append(
             SpeedTerm(
@@ -80,7 +80,7 @@ def prompt_terms(
             link = link_facts(main, worker)
             sent, returned = hop_bytes(shape, ubatch)
             per_batch = link.rtt_ms + calibration.RPC_SERVER_FIXED_MS
-            traffic = ubatch * (sent + returned - F32_BYTES) * 8 / (link.bandwidth_gbps * GB) * 1e3
+            traffic = transfer_ms(ubatch * (sent + returned - F32_BYTES), link.bandwidth_gbps)
             terms.append(
                 SpeedTerm(
                     where=f"rpc {where}",

@@ -6,8 +6,8 @@ The CPU backend reads at most ``CPU_BANDWIDTH_PER_THREAD_GBPS`` per thread and a
 RAM bandwidth in all, and computes at a rate per thread; a block on it takes the reading and the
 arithmetic one after the other (measured: with one thread an F16, a Q8_0 and a Q4_0 model of the
 same shape take 108, 67 and 43 ms per token, which bytes / 8.6 GB/s plus FLOPs / 51 GFLOPS give
-within 3 %, the larger of the two within 15 %; ``cpu-speed.csv``). A device shared by ``sharing`` processes that decode at the same time gets
-that share of its bandwidth and FLOPS.
+within 3 %, the larger of the two within 15 %; ``cpu-speed.csv``). A device shared by ``sharing``
+processes that decode at the same time gets that share of its bandwidth and FLOPS.
 """
 
 from __future__ import annotations
