@@ -150,3 +150,17 @@ def test_the_gpustack_adapter_passes_the_gpu_names_on() -> None:
     speed = predict(small, layout, gpustack)
     assert speed.terms[0].where == "gpustack-a:cuda:0 (NVIDIA GeForce RTX 4090)"
     assert "(ada)" in speed.terms[0].why and not any("GPU table" in text for text in speed.assumptions)
+
+
+def test_the_fleet_table_names_each_replicas_speed(capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = str(EXAMPLES / "fleet.yaml")
+    json_code, dumped = _run(capsys, "replan", fleet, "--time-limit", "3", "--json")
+    text_code, out = _run(capsys, "replan", fleet, "--time-limit", "3")
+    assert json_code == text_code == EXIT_PLACED
+    for placed in json.loads(dumped)["placements"]:
+        line = next(
+            line for line in out.splitlines() if line.startswith(f"    {placed['deployment']}#{placed['replica']}:")
+        )
+        rate = placed["speed"]["decode_tokens_per_s"]
+        assert (f"~{rate:,.0f} tokens/s alone" if rate >= 10 else f"~{rate:.1f} tokens/s alone") in line
+        assert ("with its GPUs' other replicas busy" in line) == (placed["busy_speed"] is not None)

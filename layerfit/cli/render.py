@@ -193,7 +193,12 @@ _CHANGE_NOTES = {"started": "first start", "moved": "move", "stopped": "stops fo
 
 def _replica_line(cluster: Cluster, placed: PlacedReplica) -> str:
     gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in placed.layout.devices) or "CPU"
-    return f"    {placed.deployment}#{placed.replica}: {placed.layout.main_worker} [{gpus}]"
+    speed = ""
+    if placed.speed is not None:
+        speed = f", {_rate(placed.speed.decode_tokens_per_s)} tokens/s alone"
+        if placed.busy_speed is not None:
+            speed += f", {_rate(placed.busy_speed.decode_tokens_per_s)} with its GPUs' other replicas busy"
+    return f"    {placed.deployment}#{placed.replica}: {placed.layout.main_worker} [{gpus}]{speed}"
 
 
 def render_fleet(plan: FleetPlan, cluster: Cluster) -> str:
