@@ -123,7 +123,7 @@ class Fetcher:
             status, response, url = self._follow(start, end, if_none_match)
             if status in (429, 500, 502, 503, 504):
                 wait = _retry_after(response.headers.get("Retry-After"))
-                response.release_conn()
+                response.close()
                 if attempt < MAX_RETRIES and wait is not None and wait <= MAX_RETRY_WAIT and wait < self._left():
                     time.sleep(wait)
                     continue
@@ -142,7 +142,7 @@ class Fetcher:
             if response.status not in _REDIRECTS:
                 return response.status, response, url
             target = response.headers.get("Location")
-            response.release_conn()
+            response.close()  # its body unread: the connection is not reused
             if not target:
                 raise self.error(f"HTTP {response.status} from {_shown(url)} without a Location")
             following = urljoin(url, target.strip())
@@ -188,8 +188,10 @@ class Fetcher:
 
     def _reply(self, status: int, response: Any, url: str, start: int, end: int) -> Reply:
         etag = response.headers.get("ETag")
+        complete = False
         try:
             if status == 304:
+                complete = True
                 return Reply(data=None, start=start, size=None, etag=etag)
             if status != 206:
                 raise self.error(_status_problem(status, self.remote, url))
@@ -198,9 +200,13 @@ class Fetcher:
                 raise self.error(f"{_shown(url)} sent the range {encoding}-encoded; layerfit asked for identity")
             first, last, size = self._content_range(response.headers.get("Content-Range"), url, start, end)
             data = self._body(response, url, last - first + 1)
+            complete = True
             return Reply(data=data, start=first, size=size, etag=etag)
         finally:
-            response.release_conn()
+            if complete:
+                response.release_conn()
+            else:  # a body left unread (a whole file, a broken range): the connection is dropped
+                response.close()
 
     def _content_range(self, value: str | None, url: str, start: int, end: int) -> tuple[int, int, int]:
         match = _CONTENT_RANGE.match((value or "").strip())
@@ -272,17 +278,15 @@ def _failure(exc: Exception, wait: float) -> str:
     """What a urllib3 error says happened, in a few words (no URL: the caller names it)."""
     import urllib3
 
+    cause: BaseException | None = exc
+    while cause is not None and not (isinstance(cause, OSError) and cause.strerror):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, urllib3.exceptions.NewConnectionError | urllib3.exceptions.NameResolutionError):
+        return f"cannot connect ({cause.strerror if isinstance(cause, OSError) else type(exc).__name__})"
     if isinstance(exc, urllib3.exceptions.TimeoutError):
         return f"no reply within {wait:.0f} s"
     if isinstance(exc, urllib3.exceptions.SSLError):
         return "TLS failed (certificate or handshake)"
-    reason: BaseException | None = exc
-    while reason is not None and not isinstance(reason, OSError):
-        reason = reason.__context__ or getattr(reason, "reason", None) or (reason.args[-1] if reason.args else None)
-        if not isinstance(reason, BaseException):
-            reason = None
-    if isinstance(reason, OSError) and reason.strerror:
-        return f"connection failed ({reason.strerror})"
-    if isinstance(exc, urllib3.exceptions.ProtocolError):
-        return "connection broken"
-    return f"connection failed ({type(exc).__name__})"
+    if isinstance(cause, OSError):
+        return f"connection broken ({cause.strerror})"
+    return "connection broken" if isinstance(exc, urllib3.exceptions.ProtocolError) else type(exc).__name__
