@@ -106,7 +106,7 @@ def test_503_with_a_short_retry_after_is_retried(header: Path, env: None, monkey
 
 def test_https_to_http_redirect_is_refused(env: None) -> None:
     fetcher = Fetcher(parse_location("https://models.example/m.gguf"))
-    with pytest.raises(EstimationError, match="redirect from https to http refused .*it would drop TLS"):
+    with pytest.raises(EstimationError, match=r"redirect from https to http refused .*it would drop TLS"):
         fetcher._check_redirect("https://models.example/m.gguf", "http://cdn.example/m.gguf")
     fetcher._check_redirect("http://models.example/m.gguf", "https://cdn.example/m.gguf")  # an upgrade is fine
 
