@@ -22,6 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from layerfit.estimators import read_header
+from layerfit.testing.synthetic import GROUND_TRUTH_MODELS, REAL_MODELS, write_gguf
+
 FAULTS = (
     "no-range",
     "short-read",
@@ -37,10 +40,14 @@ FAULTS = (
     "huge-size",
     "huge-length",
     "to-file",
+    "delay",
 )
 _RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)$")
 _MS_RESOLVE = re.compile(r"^/models/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)$")
+
+
+REPO = "org/models"
 
 
 @dataclass
@@ -107,6 +114,8 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0]
             if path.startswith("/api/"):
                 return self._send(404, b"")
+            if server.fault == "delay":
+                time.sleep(0.5)
             if server.fault == "redirect-loop":
                 return self._redirect(path[:-1] if path.endswith("a") else path + "a")  # A -> Aa -> A
             if server.fault == "to-file":
@@ -213,3 +222,24 @@ def serving(server: Server) -> Iterator[Server]:
         http.shutdown()
         http.server_close()
         thread.join(timeout=5)
+
+
+def sparse_model(directory: Path, name: str, **options: object) -> tuple[Path, int, int]:
+    """A full-size sparse GGUF file: its path, size and header bytes."""
+    path = directory / f"{name}.gguf"
+    write_gguf(
+        path, GROUND_TRUTH_MODELS[name] if name in GROUND_TRUTH_MODELS else REAL_MODELS[name], data="sparse", **options
+    )  # type: ignore[arg-type]
+    header = read_header(path)
+    return path, path.stat().st_size, header.header_bytes
+
+
+def serve_header(
+    servers: tuple[Server, Server], local: Path, name: str, size: int, header_bytes: int, **kw: str
+) -> None:
+    with open(local, "rb") as handle:
+        head = handle.read(header_bytes)
+    header_file = local.with_suffix(".head")
+    header_file.write_bytes(head)
+    for server in servers:
+        server.add_hub(REPO, name, header_file, size, **kw)

@@ -6,58 +6,19 @@ only the header's."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from http_fixtures import Server, serving
+from http_fixtures import REPO, Server, serve_header, serving, sparse_model
 
 from layerfit.cli import EXIT_BAD_INPUT, EXIT_PLACED, main
 from layerfit.errors import InputError
 from layerfit.estimators import read_gguf, read_header
 from layerfit.remote import cache, parse_location
 from layerfit.remote.source import MAX_STEP
-from layerfit.testing.synthetic import GROUND_TRUTH_MODELS, REAL_MODELS, write_gguf
+from layerfit.testing.synthetic import GROUND_TRUTH_MODELS, write_gguf
 
-REPO = "org/models"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """A private cache folder, no token, no proxy, no mirror but the ones a test sets."""
-    for name in ("HF_TOKEN", "HF_ENDPOINT", "LAYERFIT_CACHE", "LAYERFIT_REMOTE_TIMEOUT", "MODELSCOPE_DOMAIN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    return tmp_path
-
-
-@pytest.fixture
-def hub(env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Server, Server]]:
-    """Hugging Face: a resolve endpoint (HF_ENDPOINT) redirecting to a CDN on another port."""
-    with serving(Server()) as cdn, serving(Server(redirect_to=None)) as front:
-        front.redirect_to = cdn.base
-        monkeypatch.setenv("HF_ENDPOINT", front.base)
-        yield front, cdn
-
-
-def _sparse_model(directory: Path, name: str, **options: object) -> tuple[Path, int, int]:
-    """A full-size sparse GGUF file: its path, size and header bytes."""
-    path = directory / f"{name}.gguf"
-    write_gguf(
-        path, GROUND_TRUTH_MODELS[name] if name in GROUND_TRUTH_MODELS else REAL_MODELS[name], data="sparse", **options
-    )  # type: ignore[arg-type]
-    header = read_header(path)
-    return path, path.stat().st_size, header.header_bytes
-
-
-def _serve(servers: tuple[Server, Server], local: Path, name: str, size: int, header_bytes: int, **kw: str) -> None:
-    with open(local, "rb") as handle:
-        head = handle.read(header_bytes)
-    header_file = local.with_suffix(".head")
-    header_file.write_bytes(head)
-    for server in servers:
-        server.add_hub(REPO, name, header_file, size, **kw)
 
 
 def _same_shape(remote: object, local: object) -> None:
@@ -70,8 +31,8 @@ def test_hf_header_is_the_local_one_and_only_header_bytes_are_read(
     name: str, hub: tuple[Server, Server], tmp_path: Path
 ) -> None:
     front, cdn = hub
-    local, size, header_bytes = _sparse_model(tmp_path, name)
-    _serve(hub, local, f"{name}.gguf", size, header_bytes)
+    local, size, header_bytes = sparse_model(tmp_path, name)
+    serve_header(hub, local, f"{name}.gguf", size, header_bytes)
     shape = read_gguf(f"hf://{REPO}/{name}.gguf", allow_missing_data=False)  # the tensor extents checked
     _same_shape(shape, read_gguf(str(local)))
     assert shape.path == f"hf://{REPO}/{name}.gguf" and shape.file_bytes == size > 10**9
@@ -82,9 +43,9 @@ def test_hf_header_is_the_local_one_and_only_header_bytes_are_read(
 
 def test_a_large_vocabulary_is_read_in_growing_windows(hub: tuple[Server, Server], tmp_path: Path) -> None:
     _, cdn = hub
-    local, size, header_bytes = _sparse_model(tmp_path, "llama8b-q4", tokenizer=True, merges=50_000)
+    local, size, header_bytes = sparse_model(tmp_path, "llama8b-q4", tokenizer=True, merges=50_000)
     assert header_bytes > 3 << 20  # 128,256 tokens with scores and types, 50,000 merges
-    _serve(hub, local, "big.gguf", size, header_bytes)
+    serve_header(hub, local, "big.gguf", size, header_bytes)
     _same_shape(read_gguf(f"hf://{REPO}/big.gguf"), read_gguf(str(local)))
     ranges = [entry.headers["range"] for entry in cdn.log]
     starts = [int(r.removeprefix("bytes=").split("-")[0]) for r in ranges]
@@ -97,8 +58,8 @@ def test_token_goes_to_the_hub_only_never_to_the_cdn(
 ) -> None:
     front, cdn = hub
     monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
-    local, size, header_bytes = _sparse_model(tmp_path, "llama1b-f16")
-    _serve(hub, local, "m.gguf", size, header_bytes)
+    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
+    serve_header(hub, local, "m.gguf", size, header_bytes)
     read_gguf(f"hf://{REPO}/m.gguf")
     assert front.log and all(e.headers.get("authorization") == "Bearer hf_secret_token" for e in front.log)
     assert cdn.log and all("authorization" not in e.headers for e in cdn.log)
@@ -108,17 +69,17 @@ def test_token_goes_to_the_hub_only_never_to_the_cdn(
 
 def test_a_url_of_another_host_gets_no_token(env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
-    local, size, header_bytes = _sparse_model(tmp_path, "llama1b-f16")
+    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
     with serving(Server()) as other:
-        _serve((other,), local, "m.gguf", size, header_bytes)
+        serve_header((other,), local, "m.gguf", size, header_bytes)
         read_gguf(f"{other.base}/{REPO}/resolve/main/m.gguf")
         assert other.log and all("authorization" not in e.headers for e in other.log)
 
 
 def test_cache_fetches_a_header_once(hub: tuple[Server, Server], tmp_path: Path) -> None:
     _, cdn = hub
-    local, size, header_bytes = _sparse_model(tmp_path, "qwen30b-q4")
-    _serve(hub, local, "m.gguf", size, header_bytes)
+    local, size, header_bytes = sparse_model(tmp_path, "qwen30b-q4")
+    serve_header(hub, local, "m.gguf", size, header_bytes)
     first = read_gguf(f"hf://{REPO}/m.gguf")
     fetched = cdn.body_bytes
     assert cache.usage()[0] == 1
@@ -129,8 +90,8 @@ def test_cache_fetches_a_header_once(hub: tuple[Server, Server], tmp_path: Path)
 
 def test_cache_at_a_commit_asks_nothing(hub: tuple[Server, Server], tmp_path: Path) -> None:
     front, cdn = hub
-    local, size, header_bytes = _sparse_model(tmp_path, "llama1b-f16")
-    _serve(hub, local, "m.gguf", size, header_bytes, revision=COMMIT)
+    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
+    serve_header(hub, local, "m.gguf", size, header_bytes, revision=COMMIT)
     first = read_gguf(f"hf://{REPO}@{COMMIT}/m.gguf")
     requests = len(front.log) + len(cdn.log)
     assert read_gguf(f"hf://{REPO}@{COMMIT}/m.gguf") == first and len(front.log) + len(cdn.log) == requests
@@ -140,8 +101,8 @@ def test_cache_off_and_clear(
     hub: tuple[Server, Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, cdn = hub
-    local, size, header_bytes = _sparse_model(tmp_path, "llama1b-f16")
-    _serve(hub, local, "m.gguf", size, header_bytes)
+    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
+    serve_header(hub, local, "m.gguf", size, header_bytes)
     monkeypatch.setenv("LAYERFIT_CACHE", "off")
     read_gguf(f"hf://{REPO}/m.gguf")
     once = cdn.body_bytes
@@ -155,11 +116,11 @@ def test_cache_off_and_clear(
 
 
 def test_a_changed_file_is_fetched_again(hub: tuple[Server, Server], tmp_path: Path) -> None:
-    one, size_one, header_one = _sparse_model(tmp_path, "llama1b-f16")
-    _serve(hub, one, "m.gguf", size_one, header_one)
+    one, size_one, header_one = sparse_model(tmp_path, "llama1b-f16")
+    serve_header(hub, one, "m.gguf", size_one, header_one)
     assert read_gguf(f"hf://{REPO}/m.gguf").block_count == 16
-    two, size_two, header_two = _sparse_model(tmp_path, "llama8b-q4")
-    _serve(hub, two, "m.gguf", size_two, header_two)  # a new ETag at the same URL
+    two, size_two, header_two = sparse_model(tmp_path, "llama8b-q4")
+    serve_header(hub, two, "m.gguf", size_two, header_two)  # a new ETag at the same URL
     assert read_gguf(f"hf://{REPO}/m.gguf").block_count == 32
 
 
@@ -170,7 +131,7 @@ def test_split_model_every_shard_read_by_its_header(hub: tuple[Server, Server], 
     assert len(shards) == 3
     for shard in shards:
         header = read_header(shard)
-        _serve(hub, shard, shard.name, shard.stat().st_size, header.header_bytes)
+        serve_header(hub, shard, shard.name, shard.stat().st_size, header.header_bytes)
     first = f"hf://{REPO}/{shards[0].name}"
     shape = read_gguf(first)
     _same_shape(shape, read_gguf(str(shards[0])))
@@ -179,7 +140,7 @@ def test_split_model_every_shard_read_by_its_header(hub: tuple[Server, Server], 
 
 
 def test_modelscope_and_plain_urls(env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    local, size, header_bytes = _sparse_model(tmp_path, "llama1b-f16")
+    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
     expected = read_gguf(str(local))
     with serving(Server()) as modelscope:
         head = tmp_path / "m.head"
@@ -196,8 +157,8 @@ def test_estimate_and_plan_on_a_hugging_face_model(
     hub: tuple[Server, Server], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, cdn = hub
-    local, size, header_bytes = _sparse_model(tmp_path, "llama8b-q4")
-    _serve(hub, local, "llama8b.gguf", size, header_bytes)
+    local, size, header_bytes = sparse_model(tmp_path, "llama8b-q4")
+    serve_header(hub, local, "llama8b.gguf", size, header_bytes)
     location = f"hf://{REPO}/llama8b.gguf"
     assert main(["estimate", location, "--json", "-c", "8192"]) == EXIT_PLACED
     remote = json.loads(capsys.readouterr().out)
