@@ -495,3 +495,31 @@ def test_differential_labels_a_distributed_main_gpu_too_small_for_a_layer(monkey
     assert theirs.candidates == []
     assert [(c.main, c.gpus, c.rpc, c.layers) for c in ours.candidates] == [("a", (0,), (("b", 0),), 11)]
     assert (kinds, label) == (["found-only-layerfit", "messages"], "distributed-main-small-gpu")
+
+
+def test_gpustacks_scheduling_path_places_a_hugging_face_model(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hub: tuple[Any, Any]
+) -> None:
+    # The README's one-line swap, nothing else: no profile, no converter. GPUStack's scheduler
+    # builds the selector (build_candidate_selector, 2.3.0's signature) for a Hugging Face model;
+    # layerfit reads its header from a local server behaving like Hugging Face's resolve endpoint
+    # (a redirect to a CDN that answers range requests with an ETag).
+    from http_fixtures import REPO, serve_header, sparse_model
+
+    _, cdn = hub
+    local, size, header_bytes = sparse_model(tmp_path, "llama8b-q4")
+    serve_header(hub, local, "llama-q4_k_m.gguf", size, header_bytes)
+    monkeypatch.setattr(gpustack_scheduler, "GGUFResourceFitSelector", LayerfitGGUFSelector)
+    config = Config(data_dir=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"))
+    running = instances()
+    model = gguf_model(huggingface_repo_id=REPO, placement_strategy="binpack")
+    built = gpustack_scheduler.build_candidate_selector(config, model, running, resource_view=ResourceView(running))
+    assert isinstance(built, LayerfitGGUFSelector)
+    candidate, messages = asyncio.run(
+        gpustack_scheduler.find_candidate(None, config, model, workers(), running, resource_view=ResourceView(running))
+    )
+    assert isinstance(candidate, ModelInstanceScheduleCandidate), messages
+    claim = candidate.computed_resource_claim
+    assert claim.offload_layers == claim.total_layers == 33  # 32 blocks and the output layer
+    assert header_bytes <= cdn.body_bytes <= header_bytes + (4 << 20)  # the header, not the 4.5 GB file
+    assert any("range" in entry.headers for entry in cdn.log)
