@@ -37,7 +37,7 @@ from layerfit.gpustack.messages import gpustack_messages
 from layerfit.gpustack.sources import model_location, with_unified_costs
 from layerfit.io.files import reading_once
 from layerfit.planning.planner import plan as plan_deployment
-from layerfit.planning.planner import resolve_profile
+from layerfit.planning.profiles import resolve_profile
 
 ProfileSource = MemoryProfile | Callable[[Any], MemoryProfile] | Callable[[Any], Awaitable[MemoryProfile]]
 """A profile, or a function of the GPUStack model returning one (``async def`` too: awaited)."""
