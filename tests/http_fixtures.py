@@ -10,6 +10,7 @@ its headers, and the body bytes sent are counted.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import socket
 import struct
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote
 
 from layerfit.estimators import read_header
 from layerfit.testing.synthetic import GROUND_TRUTH_MODELS, REAL_MODELS, write_gguf
@@ -45,6 +47,15 @@ FAULTS = (
 _RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)$")
 _MS_RESOLVE = re.compile(r"^/models/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)$")
+_HF_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<revision>[^/]+)$")
+_MS_FILES = re.compile(r"^/api/v1/models/(?P<repo>[^/]+/[^/]+)/repo/files$")
+LISTING_FAULTS = (
+    "listing-not-json",
+    "listing-huge",
+    "listing-huge-unannounced",
+    "listing-next-elsewhere",
+    "listing-401",
+)
 
 
 REPO = "org/models"
@@ -79,6 +90,10 @@ class Server:
     fault: str | None = None
     redirect_to: str | None = None
     """Base URL a hub resolve request is redirected to (HF's CDN); ``None``: answered here."""
+    listing_fault: str | None = None
+    """One of ``LISTING_FAULTS``: how the repository listings (``/api/...``) misbehave."""
+    page_size: int = 1000
+    """Entries per page of a Hugging Face tree listing."""
     log: list[Logged] = field(default_factory=list)
     body_bytes: int = 0
     port: int = 0
@@ -97,6 +112,10 @@ class Server:
         """A Hugging Face file: its resolve path here (and its CDN path where ``redirect_to`` serves it)."""
         self.add(f"/{repo}/resolve/{revision}/{name}", local, size)
 
+    def listed(self, prefix: str) -> list[str]:
+        """The paths of the files served under ``prefix`` (a repository at a revision), sorted."""
+        return sorted(path.removeprefix(prefix) for path in self.files if path.startswith(prefix))
+
     def count(self, sent: int) -> None:
         with self._lock:
             self.body_bytes += sent
@@ -111,9 +130,9 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             server.log.append(Logged(self.path, {k.lower(): v for k, v in self.headers.items()}))
-            path = self.path.split("?", 1)[0]
+            path, _, query = self.path.partition("?")
             if path.startswith("/api/"):
-                return self._send(404, b"")
+                return self._listing(path, parse_qs(query))
             if server.fault == "delay":
                 time.sleep(0.5)
             if server.fault == "redirect-loop":
@@ -135,6 +154,46 @@ def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if self.headers.get("If-None-Match") == file.etag:
                 return self._send(304, b"", {"ETag": file.etag})
             self._range(file)
+
+        def _listing(self, path: str, query: dict[str, list[str]]) -> None:
+            """Hugging Face's tree listing (paged by ``cursor``, ``Link: rel="next"``) or ModelScope's."""
+            fault = server.listing_fault
+            if fault == "listing-401":
+                return self._send(401, b"no")
+            if fault == "listing-not-json":
+                return self._send(200, b"<html>a login page</html>")
+            if fault == "listing-huge":
+                return self._send(200, b"[" + b" " * (17 << 20) + b"]")
+            if fault == "listing-huge-unannounced":  # no Content-Length: the body ends when the connection does
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                for _ in range(17 << 4):
+                    if not self._write(b" " * (1 << 16)):
+                        return
+                return
+            tree, files = _HF_TREE.match(path), _MS_FILES.match(path)
+            if tree is not None and query.get("recursive") == ["true"]:
+                names = server.listed(f"/{tree['repo']}/resolve/{unquote(tree['revision'])}/")
+                start = int(query.get("cursor", ["0"])[0])
+                page = names[start : start + server.page_size]
+                headers = {"Content-Type": "application/json"}
+                if start + server.page_size < len(names):
+                    base = "http://elsewhere.invalid" if fault == "listing-next-elsewhere" else server.base
+                    following = f"{base}{path}?recursive=true&cursor={start + server.page_size}"
+                    headers["Link"] = f'<{following}>; rel="next"'
+                entries = [{"type": "file", "path": name, "size": 1} for name in page]
+                folders = {name.rsplit("/", 1)[0] for name in page if "/" in name}
+                entries += [{"type": "directory", "path": folder, "size": 0} for folder in sorted(folders)]
+                return self._send(200, json.dumps(entries).encode(), headers)
+            if files is not None and query.get("Recursive") == ["true"]:
+                revision = query.get("Revision", ["master"])[0]
+                names = server.listed(f"/models/{files['repo']}/resolve/{revision}/")
+                entries = [{"Name": name.rsplit("/", 1)[-1], "Path": name, "Type": "blob"} for name in names]
+                body = {"Code": 200, "Data": {"Files": entries}, "Success": True}
+                return self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+            return self._send(404, b"")
 
         def _range(self, file: VirtualFile) -> None:
             match = _RANGE.match(self.headers.get("Range", ""))
@@ -235,7 +294,7 @@ def sparse_model(directory: Path, name: str, **options: object) -> tuple[Path, i
 
 
 def serve_header(
-    servers: tuple[Server, Server], local: Path, name: str, size: int, header_bytes: int, **kw: str
+    servers: tuple[Server, ...], local: Path, name: str, size: int, header_bytes: int, **kw: str
 ) -> None:
     with open(local, "rb") as handle:
         head = handle.read(header_bytes)
@@ -243,3 +302,13 @@ def serve_header(
     header_file.write_bytes(head)
     for server in servers:
         server.add_hub(REPO, name, header_file, size, **kw)
+
+
+def serve_model(
+    servers: tuple[Server, ...], directory: Path, model: str, name: str, **kw: str
+) -> tuple[Path, int, int]:
+    """Write ``model`` (``sparse_model``) and serve its header as ``REPO``'s file ``name`` on each
+    server: the local file's path, its size and its header bytes."""
+    local, size, header_bytes = sparse_model(directory, model)
+    serve_header(servers, local, name, size, header_bytes, **kw)
+    return local, size, header_bytes

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from http_fixtures import REPO, Server, serve_header, serving, sparse_model
+from http_fixtures import REPO, Server, serve_header, serve_model, serving, sparse_model
 
 from layerfit.cli import EXIT_BAD_INPUT, EXIT_PLACED, main
 from layerfit.errors import InputError
@@ -31,8 +31,7 @@ def test_hf_header_is_the_local_one_and_only_header_bytes_are_read(
     name: str, hub: tuple[Server, Server], tmp_path: Path
 ) -> None:
     front, cdn = hub
-    local, size, header_bytes = sparse_model(tmp_path, name)
-    serve_header(hub, local, f"{name}.gguf", size, header_bytes)
+    local, size, header_bytes = serve_model(hub, tmp_path, name, f"{name}.gguf")
     shape = read_gguf(f"hf://{REPO}/{name}.gguf", allow_missing_data=False)  # the tensor extents checked
     _same_shape(shape, read_gguf(str(local)))
     assert shape.path == f"hf://{REPO}/{name}.gguf" and shape.file_bytes == size > 10**9
@@ -58,8 +57,7 @@ def test_token_goes_to_the_hub_only_never_to_the_cdn(
 ) -> None:
     front, cdn = hub
     monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
-    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
-    serve_header(hub, local, "m.gguf", size, header_bytes)
+    serve_model(hub, tmp_path, "llama1b-f16", "m.gguf")
     read_gguf(f"hf://{REPO}/m.gguf")
     assert front.log and all(e.headers.get("authorization") == "Bearer hf_secret_token" for e in front.log)
     assert cdn.log and all("authorization" not in e.headers for e in cdn.log)
@@ -78,8 +76,7 @@ def test_a_url_of_another_host_gets_no_token(env: Path, tmp_path: Path, monkeypa
 
 def test_cache_fetches_a_header_once(hub: tuple[Server, Server], tmp_path: Path) -> None:
     _, cdn = hub
-    local, size, header_bytes = sparse_model(tmp_path, "qwen30b-q4")
-    serve_header(hub, local, "m.gguf", size, header_bytes)
+    serve_model(hub, tmp_path, "qwen30b-q4", "m.gguf")
     first = read_gguf(f"hf://{REPO}/m.gguf")
     fetched = cdn.body_bytes
     assert cache.usage()[0] == 1
@@ -90,8 +87,7 @@ def test_cache_fetches_a_header_once(hub: tuple[Server, Server], tmp_path: Path)
 
 def test_cache_at_a_commit_asks_nothing(hub: tuple[Server, Server], tmp_path: Path) -> None:
     front, cdn = hub
-    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
-    serve_header(hub, local, "m.gguf", size, header_bytes, revision=COMMIT)
+    serve_model(hub, tmp_path, "llama1b-f16", "m.gguf", revision=COMMIT)
     first = read_gguf(f"hf://{REPO}@{COMMIT}/m.gguf")
     requests = len(front.log) + len(cdn.log)
     assert read_gguf(f"hf://{REPO}@{COMMIT}/m.gguf") == first and len(front.log) + len(cdn.log) == requests
@@ -101,8 +97,7 @@ def test_cache_off_and_clear(
     hub: tuple[Server, Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, cdn = hub
-    local, size, header_bytes = sparse_model(tmp_path, "llama1b-f16")
-    serve_header(hub, local, "m.gguf", size, header_bytes)
+    serve_model(hub, tmp_path, "llama1b-f16", "m.gguf")
     monkeypatch.setenv("LAYERFIT_CACHE", "off")
     read_gguf(f"hf://{REPO}/m.gguf")
     once = cdn.body_bytes
@@ -116,8 +111,7 @@ def test_cache_off_and_clear(
 
 
 def test_a_changed_file_is_fetched_again(hub: tuple[Server, Server], tmp_path: Path) -> None:
-    one, size_one, header_one = sparse_model(tmp_path, "llama1b-f16")
-    serve_header(hub, one, "m.gguf", size_one, header_one)
+    serve_model(hub, tmp_path, "llama1b-f16", "m.gguf")
     assert read_gguf(f"hf://{REPO}/m.gguf").block_count == 16
     two, size_two, header_two = sparse_model(tmp_path, "llama8b-q4")
     serve_header(hub, two, "m.gguf", size_two, header_two)  # a new ETag at the same URL
@@ -157,8 +151,7 @@ def test_estimate_and_plan_on_a_hugging_face_model(
     hub: tuple[Server, Server], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, cdn = hub
-    local, size, header_bytes = sparse_model(tmp_path, "llama8b-q4")
-    serve_header(hub, local, "llama8b.gguf", size, header_bytes)
+    local, _, header_bytes = serve_model(hub, tmp_path, "llama8b-q4", "llama8b.gguf")
     location = f"hf://{REPO}/llama8b.gguf"
     assert main(["estimate", location, "--json", "-c", "8192"]) == EXIT_PLACED
     remote = json.loads(capsys.readouterr().out)
@@ -212,3 +205,21 @@ def test_hub_urls(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "https://u:p@mirror")
     with pytest.raises(InputError, match="HF_ENDPOINT: credentials"):
         parse_location("hf://org/repo/m.gguf")
+
+
+def test_a_deployment_file_and_a_url_with_a_query(
+    hub: tuple[Server, Server], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    front, _ = hub
+    serve_model(hub, tmp_path, "llama1b-f16", "m.gguf")
+    assert main(["examples", str(tmp_path / "ex")]) == EXIT_PLACED
+    cluster = str(tmp_path / "ex" / "cluster.yaml")
+    deployment = tmp_path / "remote.yaml"
+    deployment.write_text(f"name: remote\ngguf_path: hf://{REPO}/m.gguf\nbackend_parameters: ['-c', '4096']\n")
+    capsys.readouterr()
+    assert main(["plan", "--cluster", cluster, "--deployment", str(deployment), "--json"]) == EXIT_PLACED
+    assert json.loads(capsys.readouterr().out)["best"] is not None
+    url = f"{front.base}/{REPO}/resolve/main/m.gguf?download=true"
+    assert main(["plan", "--cluster", cluster, "--model", url, "--json", "-c", "4096"]) == EXIT_PLACED
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["deployment"] == "m" and plan["commands"][-1]["argv"][:2] == ["-mu", url]

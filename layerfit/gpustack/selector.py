@@ -8,8 +8,9 @@ combination (one in-process estimate), placements proven optimal by the solver, 
 selection honoured as GPUStack does, and typed reasons (``reasons``) beside the messages.
 
 The model's memory comes from its own source (``layerfit.gpustack.sources``): a local path, or a
-Hugging Face or ModelScope file whose header is read over HTTP (``layerfit.remote``), in a worker
-thread: ``select_candidates`` never blocks GPUStack's event loop with network I/O.
+Hugging Face or ModelScope file (its repository listed as GPUStack lists it, for a file-name
+pattern and a projector) whose header is read over HTTP (``layerfit.remote``). The reads and the
+plan run in a worker thread: ``select_candidates`` never blocks GPUStack's event loop.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from layerfit.gpustack.inputs import (
     workers_by_name,
 )
 from layerfit.gpustack.messages import gpustack_messages
-from layerfit.gpustack.sources import model_location, with_unified_costs
+from layerfit.gpustack.sources import ModelFiles, model_files, with_unified_costs
 from layerfit.io.files import reading_once
 from layerfit.planning.planner import plan as plan_deployment
 from layerfit.planning.profiles import resolve_profile
@@ -52,15 +53,17 @@ def schedule_candidates(
     profile: MemoryProfile | None = None,
     config: PlannerConfig = PlannerConfig(),
     resource_view: Any | None = None,
+    mmproj: str | None = None,
 ) -> tuple[list[dict[str, Any]], Plan]:
     """Candidates as dicts in GPUStack's shape (best first, then equally good ones) and the plan.
 
     An empty list means nothing fits; ``plan.messages`` and ``plan.reasons`` say why. A profile
-    estimated from ``gguf_path`` (a path or a remote location) gets the cluster's unified-memory
-    costs (``sources.with_unified_costs``); a profile given is used as given.
+    estimated from ``gguf_path`` (a path or a remote location; with ``mmproj``, the projector
+    found beside it) gets the cluster's unified-memory costs (``sources.with_unified_costs``); a
+    profile given is used as given.
     """
     cluster = cluster_from_gpustack(workers, model_instances, resource_view)
-    deployment = deployment_from_gpustack(model, gguf_path=gguf_path, profile=profile, cluster=cluster)
+    deployment = deployment_from_gpustack(model, gguf_path=gguf_path, profile=profile, cluster=cluster, mmproj=mmproj)
     planner_config = config_from_gpustack(model, config)
     if profile is None:
         profile = with_unified_costs(resolve_profile(deployment), cluster)
@@ -90,8 +93,8 @@ class LayerfitGGUFSelector:
 
     ``profile`` (a memory profile, or a function of the GPUStack model returning one, plain or
     ``async``) or ``gguf_path`` (a path or a remote location) says what the model needs; by default
-    the file the model's own source names is estimated (``sources.model_location``: its
-    ``local_path``, Hugging Face or ModelScope file).
+    the files the model's own source names are estimated (``sources.model_files``: its
+    ``local_path``, Hugging Face or ModelScope file and projector).
     ``output`` is ``"auto"`` (GPUStack's own candidate objects when ``gpustack`` imports and the
     workers are GPUStack objects), ``"objects"`` or ``"dicts"``.
     """
@@ -140,24 +143,35 @@ class LayerfitGGUFSelector:
         """GGUF placements are priced per layer and per GPU: no single claim (as in GPUStack)."""
         return None
 
-    async def _resolved_profile(self) -> tuple[MemoryProfile | None, str | None]:
-        """The profile given, or the model's file, its header read in a worker thread (kept for the
-        plan by ``reading_once``)."""
-        if self._profile is not None:
-            if isinstance(self._profile, MemoryProfile):
-                return self._profile, None
-            found = await asyncio.to_thread(self._profile, self._model)
-            if inspect.isawaitable(found):
-                found = await found
-            if not isinstance(found, MemoryProfile):
-                shown = type(found).__name__
-                raise InputError("profile", f"the profile function returned {shown}, not a MemoryProfile")
-            return found, None
-        location = self._gguf_path or model_location(self._model)
-        from layerfit.estimators.shape import read_gguf
+    async def _given_profile(self) -> MemoryProfile | None:
+        """The profile given (a function of the model called in a worker thread, or awaited)."""
+        if self._profile is None or isinstance(self._profile, MemoryProfile):
+            return self._profile
+        found = await asyncio.to_thread(self._profile, self._model)
+        if inspect.isawaitable(found):
+            found = await found
+        if not isinstance(found, MemoryProfile):
+            shown = type(found).__name__
+            raise InputError("profile", f"the profile function returned {shown}, not a MemoryProfile")
+        return found
 
-        await asyncio.to_thread(read_gguf, location)
-        return None, location
+    def _schedule(self, workers: Sequence[Any], profile: MemoryProfile | None) -> tuple[list[dict[str, Any]], Plan]:
+        """The candidates and the plan; without a profile, from the model's own files (its
+        repository listed, its headers read: network I/O, so run in a worker thread)."""
+        files = None
+        if profile is None:
+            files = ModelFiles(model=self._gguf_path) if self._gguf_path else model_files(self._model)
+        with reading_once():  # the profile's and the plan's reads of a header are one
+            return schedule_candidates(
+                workers,
+                self._model,
+                self._model_instances,
+                gguf_path=None if files is None else files.model,
+                profile=profile,
+                config=self._config,
+                resource_view=self._resource_view,
+                mmproj=None if files is None else files.mmproj,
+            )
 
     def _wants_objects(self, workers: Sequence[Any]) -> bool:
         if self._output == "auto":
@@ -170,18 +184,11 @@ class LayerfitGGUFSelector:
         if not workers:
             self.plan = None
             return []
-        with reading_once():  # the header read off the event loop is the one the plan uses
-            profile, path = await self._resolved_profile()
-            found, self.plan = schedule_candidates(
-                workers,
-                self._model,
-                self._model_instances,
-                gguf_path=path,
-                profile=profile,
-                config=self._config,
-                resource_view=self._resource_view,
-            )
-        self._messages = gpustack_messages(self.plan, selected=field(self._model, "gpu_selector.gpu_ids", None))
+        profile = await self._given_profile()
+        # Off the event loop: the listing and header reads, and the solver's search.
+        found, plan = await asyncio.to_thread(self._schedule, workers, profile)
+        self.plan = plan
+        self._messages = gpustack_messages(plan, selected=field(self._model, "gpu_selector.gpu_ids", None))
         if self._wants_objects(workers):
             return [to_gpustack_object(candidate) for candidate in found]
         return found

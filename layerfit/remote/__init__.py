@@ -5,7 +5,7 @@
 * ``fetch``: one range request, its redirects, retries and checks (urllib3);
 * ``source``: the file's header as a growing prefix (a ``layerfit.io.sources.ByteSource``);
 * ``cache``: header bytes kept on disk by URL, revision and ETag;
-* ``listing``: a hub repository's files, for GPUStack's file-name patterns.
+* ``listing``: a hub repository's files, for GPUStack's file-name patterns and projectors.
 
 Only ``layerfit.estimators`` decodes GGUF bytes; this package only fetches them.
 """

@@ -14,6 +14,7 @@ import email.utils
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -119,26 +120,55 @@ class Fetcher:
 
     def get(self, start: int, end: int, if_none_match: str | None = None) -> Reply:
         """Bytes ``[start, end)``; with ``if_none_match``, ``Reply(data=None)`` when the file still has that ETag."""
+        headers = {"Range": f"bytes={start}-{end - 1}"}
+        if if_none_match is not None:
+            headers["If-None-Match"] = if_none_match
+        status, response, url = self._answered(self.remote.url, headers)
+        return self._reply(status, response, url, start, end)
+
+    def document(self, url: str, max_bytes: int) -> tuple[bytes, str | None]:
+        """The whole body at ``url`` (a hub's JSON listing), at most ``max_bytes``, and its ``Link``
+        header; redirects, retries and the time limit as for a range."""
+        status, response, shown = self._answered(url, {})
+        complete = False
+        try:
+            if status != 200:
+                raise self.error(_status_problem(status, self.remote, shown))
+            _identity(response, shown, self.error)
+            announced = (response.headers.get("Content-Length") or "").strip()
+            length = int(announced) if announced.isascii() and announced.isdigit() else None
+            if length is not None and length > max_bytes:
+                raise self.error(f"{_shown(shown)} announced {length:,} bytes, more than {max_bytes:,}")
+            data = self._read(response, shown, max_bytes + 1 if length is None else length, exact=length is not None)
+            if len(data) > max_bytes:
+                raise self.error(f"{_shown(shown)} sent more than {max_bytes:,} bytes")
+            complete = True
+            return data, response.headers.get("Link")
+        finally:
+            _done(response, complete)
+
+    def _answered(self, url: str, headers: dict[str, str]) -> tuple[int, Any, str]:
+        """The first reply that is neither a redirect nor a 429/5xx worth waiting for."""
         for attempt in range(MAX_RETRIES + 1):
-            status, response, url = self._follow(start, end, if_none_match)
-            if status in (429, 500, 502, 503, 504):
-                wait = _retry_after(response.headers.get("Retry-After"))
-                response.close()
-                if attempt < MAX_RETRIES and wait is not None and wait <= MAX_RETRY_WAIT and wait < self._left():
-                    time.sleep(wait)
-                    continue
-                asked = "" if wait is None else f", retry after {wait:.0f} s"
-                tries = f" ({attempt + 1} tries)" if attempt else ""
-                raise self.error(f"HTTP {status} from {_shown(url)}{asked}{tries}")
-            return self._reply(status, response, url, start, end)
+            status, response, answered = self._follow(url, headers)
+            if status not in (429, 500, 502, 503, 504):
+                return status, response, answered
+            wait = _retry_after(response.headers.get("Retry-After"))
+            response.close()
+            if attempt < MAX_RETRIES and wait is not None and wait <= MAX_RETRY_WAIT and wait < self._left():
+                time.sleep(wait)
+                continue
+            asked = "" if wait is None else f", retry after {wait:.0f} s"
+            tries = f" ({attempt + 1} tries)" if attempt else ""
+            raise self.error(f"HTTP {status} from {_shown(answered)}{asked}{tries}")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _follow(self, start: int, end: int, if_none_match: str | None) -> tuple[int, Any, str]:
+    def _follow(self, url: str, headers: dict[str, str]) -> tuple[int, Any, str]:
         """The first reply that is not a redirect: its status, the response and its URL."""
-        url = self.remote.url
+        first = url
         seen = [url]
         while True:
-            response = self._request(url, start, end, if_none_match)
+            response = self._request(url, headers)
             if response.status not in _REDIRECTS:
                 return response.status, response, url
             target = response.headers.get("Location")
@@ -150,7 +180,7 @@ class Fetcher:
             if following in seen:
                 raise self.error(f"redirect loop: {' -> '.join(_shown(u) for u in [*seen, following][-3:])}")
             if len(seen) > MAX_REDIRECTS:
-                raise self.error(f"more than {MAX_REDIRECTS} redirects from {_shown(self.remote.url)}")
+                raise self.error(f"more than {MAX_REDIRECTS} redirects from {_shown(first)}")
             seen.append(following)
             url = following
 
@@ -161,15 +191,13 @@ class Fetcher:
         if before == "https" and after == "http":
             raise self.error(f"redirect from https to http refused ({_shown(target)}): it would drop TLS")
 
-    def _request(self, url: str, start: int, end: int, if_none_match: str | None) -> Any:
+    def _request(self, url: str, extra: dict[str, str]) -> Any:
         import urllib3
 
-        headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
+        headers = {**extra, "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
         token = _token()
         if token is not None and self.remote.token_origin is not None and origin(url) == self.remote.token_origin:
             headers["Authorization"] = f"Bearer {token}"
-        if if_none_match is not None:
-            headers["If-None-Match"] = if_none_match
         wait = min(SOCKET_TIMEOUT, self._left())
         self.requests += 1
         try:
@@ -195,18 +223,13 @@ class Fetcher:
                 return Reply(data=None, start=start, size=None, etag=etag)
             if status != 206:
                 raise self.error(_status_problem(status, self.remote, url))
-            encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
-            if encoding != "identity":
-                raise self.error(f"{_shown(url)} sent the range {encoding}-encoded; layerfit asked for identity")
+            _identity(response, url, self.error)
             first, last, size = self._content_range(response.headers.get("Content-Range"), url, start, end)
             data = self._body(response, url, last - first + 1)
             complete = True
             return Reply(data=data, start=first, size=size, etag=etag)
         finally:
-            if complete:
-                response.release_conn()
-            else:  # a body left unread (a whole file, a broken range): the connection is dropped
-                response.close()
+            _done(response, complete)
 
     def _content_range(self, value: str | None, url: str, start: int, end: int) -> tuple[int, int, int]:
         match = _CONTENT_RANGE.match((value or "").strip())
@@ -227,12 +250,16 @@ class Fetcher:
         return first, last, size
 
     def _body(self, response: Any, url: str, length: int) -> bytes:
-        import urllib3
-
         announced = response.headers.get("Content-Length")
         if announced is not None and announced.strip() != str(length):
             shown = announced.strip()
             raise self.error(f"{_shown(url)} announced Content-Length {shown} for a range of {length} bytes")
+        return self._read(response, url, length, exact=True)
+
+    def _read(self, response: Any, url: str, length: int, exact: bool) -> bytes:
+        """Up to ``length`` bytes of the body, within the time limit; ``exact``: fewer is an error."""
+        import urllib3
+
         data = bytearray()
         try:
             while len(data) < length:
@@ -243,10 +270,27 @@ class Fetcher:
                 data += piece
         except urllib3.exceptions.HTTPError as exc:
             problem = _failure(exc, SOCKET_TIMEOUT)
-            raise self.error(f"{_shown(url)}: {problem} after {len(data)} of {length} bytes") from None
-        if len(data) < length:
+            of = f" of {length}" if exact else ""
+            raise self.error(f"{_shown(url)}: {problem} after {len(data)}{of} bytes") from None
+        if exact and len(data) < length:
             raise self.error(f"{_shown(url)} closed the connection after {len(data)} of {length} bytes")
         return bytes(data)
+
+
+def _identity(response: Any, url: str, error: Callable[[str], EstimationError]) -> None:
+    """The body is sent as it is (layerfit asks for ``Accept-Encoding: identity``)."""
+    encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding != "identity":
+        raise error(f"{_shown(url)} sent its reply {encoding}-encoded; layerfit asked for identity")
+
+
+def _done(response: Any, complete: bool) -> None:
+    """Give the connection back after a body read whole; drop it after one left unread (a whole
+    file sent to a range request, a broken range)."""
+    if complete:
+        response.release_conn()
+    else:
+        response.close()
 
 
 def _status_problem(status: int, remote: RemoteFile, url: str) -> str:

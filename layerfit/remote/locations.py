@@ -31,6 +31,7 @@ FORMS = "a path, https://HOST/FILE.gguf, hf://ORG/REPO[@REVISION]/FILE.gguf or m
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
 _HUB = re.compile(rf"^(?P<org>{_NAME})/(?P<repo>{_NAME})(?:@(?P<revision>[^/@?#\s]+))?/(?P<file>[^?#\s]+)$")
+_REPO = re.compile(rf"^{_NAME}/{_NAME}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _PATTERN_CHARS = frozenset("*?[]")
 
@@ -152,6 +153,13 @@ def parse_location(location: str) -> RemoteFile:
     if scheme in ("http", "https"):
         return _url_file(location)
     raise InputError(_without_credentials(location), f"unknown scheme {scheme}://; expected {FORMS}")
+
+
+def check_repo(what: str, repo: str) -> str:
+    """A hub repository id, ``ORG/REPO`` (``InputError`` naming ``what`` otherwise)."""
+    if _REPO.match(repo) is None:
+        raise InputError(what, f"expected ORG/REPO (letters, digits, '.', '_', '-'), got {repo!r}")
+    return repo
 
 
 def hub_location(hub: Hub, repo: str, file: str, revision: str | None = None) -> str:
