@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+from gguf import GGUFWriter
+
 from layerfit.domain import Layout, LlamaParams, MemoryProfile
 from layerfit.domain.choices import ModelKind
 from layerfit.estimators import RuntimeCosts, estimate_profile, read_header, shape_from_header
@@ -376,3 +379,22 @@ def gguf_string(text: str | bytes, length: int | None = None) -> bytes:
 
 def u32(value: int) -> bytes:
     return struct.pack("<I", value)
+
+
+def write_projector(path: Path) -> int:
+    """A tiny multimodal projector (``clip``: 224 px images, 14 px patches); its weight bytes."""
+    writer = GGUFWriter(str(path), "clip")
+    writer.add_uint32("clip.vision.image_size", 224)
+    writer.add_uint32("clip.vision.patch_size", 14)
+    writer.add_uint32("clip.vision.embedding_length", 64)
+    writer.add_uint32("clip.vision.attention.head_count", 4)
+    weights = 0
+    for i in range(2):
+        tensor = np.zeros((64, 64), dtype=np.float32)
+        writer.add_tensor(f"v.blk.{i}.attn_q.weight", tensor)
+        weights += tensor.nbytes
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return weights

@@ -132,6 +132,7 @@ RANKS = {
     "layerfit.domain.choices": 0.5,
     "layerfit.llamacpp.grammar": 1,
     "layerfit.domain": 2,
+    "layerfit.remote": 2.5,
     "layerfit.io": 3,
     "layerfit.budget": 3,
     "layerfit.memory": 3,

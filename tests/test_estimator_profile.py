@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from fixtures_gguf import tiny_spec, write_tiny
-from gguf import GGUFWriter
+from fixtures_gguf import tiny_spec, write_projector, write_tiny
 
 from layerfit.domain import Deployment, LlamaParams, MemoryProfile, ModelKind
 from layerfit.errors import EstimationError, InputError
@@ -301,26 +299,8 @@ def test_runtime_costs_are_configurable(tmp_path: Path) -> None:
     assert custom.rpc_host_fixed_bytes == MiB
 
 
-def _write_projector(path: Path) -> int:
-    writer = GGUFWriter(str(path), "clip")
-    writer.add_uint32("clip.vision.image_size", 224)
-    writer.add_uint32("clip.vision.patch_size", 14)
-    writer.add_uint32("clip.vision.embedding_length", 64)
-    writer.add_uint32("clip.vision.attention.head_count", 4)
-    weights = 0
-    for i in range(2):
-        tensor = np.zeros((64, 64), dtype=np.float32)
-        writer.add_tensor(f"v.blk.{i}.attn_q.weight", tensor)
-        weights += tensor.nbytes
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return weights
-
-
 def test_projector_is_charged_to_the_main_gpu(tmp_path: Path) -> None:
-    weights = _write_projector(tmp_path / "mmproj.gguf")
+    weights = write_projector(tmp_path / "mmproj.gguf")
     model = str(write_tiny(tmp_path, data="header"))
     profile = estimate_profile(model, LlamaParams(mmproj=str(tmp_path / "mmproj.gguf")))
     # (224 / 14)^2 = 256 patches: activations 256 * 64 * 4 * 8, F16 mask 256 * 256 * 2 (FA on)
@@ -329,7 +309,7 @@ def test_projector_is_charged_to_the_main_gpu(tmp_path: Path) -> None:
 
 
 def test_a_projector_is_not_a_model(tmp_path: Path) -> None:
-    _write_projector(tmp_path / "mmproj.gguf")
+    write_projector(tmp_path / "mmproj.gguf")
     with pytest.raises(EstimationError, match="pass it as --mmproj"):
         read_gguf(str(tmp_path / "mmproj.gguf"))
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from gpustack_fixtures import INSTANCES, MODEL, WORKERS
 
 from layerfit.domain import DeviceAssignment, GiB, MemoryProfile, ModelKind, Policy
 from layerfit.errors import InputError
@@ -29,11 +29,6 @@ from layerfit.gpustack.parser_table import table_rows
 from layerfit.gpustack.resources import allocated_by_instances
 from layerfit.memory import make_layout
 from layerfit.planning.planner import evaluate
-
-FIXTURES = Path(__file__).parent / "fixtures"
-WORKERS = json.loads((FIXTURES / "gpustack_workers.json").read_text())
-INSTANCES = json.loads((FIXTURES / "gpustack_instances.json").read_text())
-MODEL = json.loads((FIXTURES / "gpustack_model.json").read_text())
 
 
 def as_objects(value: Any) -> Any:

@@ -7,7 +7,6 @@ elsewhere ``gpustack`` cannot be imported and the module is skipped for that rea
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -37,16 +36,13 @@ from gpustack.schemas.workers import (
     WorkerStateEnum,
     WorkerStatus,
 )
+from gpustack_fixtures import INSTANCES, WORKERS
 
 from layerfit.domain import GiB, MemoryProfile, OffloadOrder, PlannerConfig
 from layerfit.gpustack import LayerfitGGUFSelector, worker_allocation
 from layerfit.gpustack.parser_table import ParserTable
 
 pytestmark = pytest.mark.gpustack
-
-FIXTURES = Path(__file__).parent / "fixtures"
-WORKERS = json.loads((FIXTURES / "gpustack_workers.json").read_text())
-INSTANCES = json.loads((FIXTURES / "gpustack_instances.json").read_text())
 
 
 def real_worker(data: dict[str, Any]) -> Worker:
@@ -495,3 +491,36 @@ def test_differential_labels_a_distributed_main_gpu_too_small_for_a_layer(monkey
     assert theirs.candidates == []
     assert [(c.main, c.gpus, c.rpc, c.layers) for c in ours.candidates] == [("a", (0,), (("b", 0),), 11)]
     assert (kinds, label) == (["found-only-layerfit", "messages"], "distributed-main-small-gpu")
+
+
+def test_gpustacks_scheduling_path_places_a_hugging_face_model(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hub: tuple[Any, Any]
+) -> None:
+    # The README's one-line swap, nothing else: no profile, no converter. GPUStack's scheduler
+    # builds the selector (build_candidate_selector, 2.3.0's signature) for a Hugging Face model
+    # named by a pattern, as GPUStack allows; layerfit lists the repository (Hugging Face's tree
+    # API) and reads the match's header from a local server behaving like Hugging Face's resolve
+    # endpoint (a redirect to a CDN that answers range requests with an ETag).
+    from http_fixtures import REPO, serve_model
+
+    front, cdn = hub
+    _, _, header_bytes = serve_model(hub, tmp_path, "llama8b-q4", "llama-q4_k_m.gguf")
+    serve_model(hub, tmp_path, "llama1b-f16", "llama-f16.gguf")
+    monkeypatch.setattr(gpustack_scheduler, "GGUFResourceFitSelector", LayerfitGGUFSelector)
+    config = Config(data_dir=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"))
+    running = instances()
+    model = gguf_model(huggingface_repo_id=REPO, huggingface_filename="*q4_k_m*.gguf", placement_strategy="binpack")
+    built = gpustack_scheduler.build_candidate_selector(config, model, running, resource_view=ResourceView(running))
+    assert isinstance(built, LayerfitGGUFSelector)
+    candidate, messages = asyncio.run(
+        gpustack_scheduler.find_candidate(None, config, model, workers(), running, resource_view=ResourceView(running))
+    )
+    assert isinstance(candidate, ModelInstanceScheduleCandidate), messages
+    claim = candidate.computed_resource_claim
+    assert claim.offload_layers == claim.total_layers == 33  # 32 blocks and the output layer
+    assert header_bytes <= cdn.body_bytes <= header_bytes + (4 << 20)  # the header, not the 4.5 GB file
+    assert any("range" in entry.headers for entry in cdn.log)
+    assert [entry.path for entry in front.log if entry.path.startswith("/api/")] == [
+        f"/api/models/{REPO}/tree/main?recursive=true"
+    ]
+    assert all("llama-f16" not in entry.path for entry in cdn.log)  # the pattern's match only

@@ -111,7 +111,7 @@ def check_unknown_options(parser: argparse.ArgumentParser, command: str, rest: S
         raise InputError(name, f"unknown option of layerfit {command} (and of llama-server){hint}")
 
 
-SHORT_COMMANDS = frozenset({"estimate", "schema", "examples"})
+SHORT_COMMANDS = frozenset({"estimate", "schema", "examples", "cache"})
 """Subcommands that search nothing: they end within a second, their allocations bounded by the
 input's checked sizes, so they run without the cyclic garbage collector."""
 

@@ -50,6 +50,7 @@ SUBCOMMANDS = {
     "replan": ("replan", "re-plan a whole fleet and list the moves"),
     "examples": ("examples", "write the bundled example inputs (cluster, deployments, layout, fleet) to a folder"),
     "schema": ("schema", "print the JSON Schema of an output: plan, fleet or estimate"),
+    "cache": ("cache", "the header cache of remote models: info, or clear it"),
 }
 """Each subcommand's module in ``layerfit.cli`` and its line in ``layerfit --help``, in that order."""
 

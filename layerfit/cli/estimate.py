@@ -61,7 +61,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         epilog=llama_flags_help() + "\n" + EXAMPLES,
         formatter_class=HELP_FORMAT,
     )
-    estimate.add_argument("model", help="GGUF file; llama.cpp parameters may follow (--ctx-size, -ctk, -fa, -np ...)")
+    estimate.add_argument(
+        "model",
+        help="GGUF file, or its URL (https://..., hf://ORG/REPO[@REVISION]/FILE.gguf, ms://...: the header is "
+        "read by range requests); llama.cpp parameters may follow (--ctx-size, -ctk, -fa, -np ...)",
+    )
     estimate.add_argument(
         "--gpu",
         metavar="NAME",

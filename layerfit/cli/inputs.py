@@ -17,6 +17,7 @@ from layerfit.domain.params import LlamaParams
 from layerfit.domain.plan import Plan
 from layerfit.errors import InputError
 from layerfit.io.documents import load_file, load_model
+from layerfit.io.sources import file_name
 
 
 def planner_config(args: argparse.Namespace, **settings: Any) -> PlannerConfig:
@@ -54,7 +55,7 @@ def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]
     if args.model is None:
         raise InputError("--model", "give --model MODEL.gguf or --deployment FILE")
     data: dict[str, Any] = {
-        "name": args.name or args.model.rsplit("/", 1)[-1].removesuffix(".gguf"),
+        "name": args.name or file_name(args.model).removesuffix(".gguf"),
         "gguf_path": args.model,
         "params": LlamaParams.from_args(backend_parameters),
         "cpu_offloading": not args.no_cpu_offloading,

@@ -64,7 +64,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True, help="cluster YAML/JSON (workers, GPUs, allocatable memory)")
     parser.add_argument("--deployment", help="deployment YAML/JSON (model, llama.cpp parameters, rules)")
-    parser.add_argument("--model", help="GGUF file; llama.cpp parameters may follow (-c 8192 -ngl 99 -ts 1,1 ...)")
+    parser.add_argument(
+        "--model",
+        help="GGUF file or URL (https://, hf://ORG/REPO[@REVISION]/FILE.gguf, ms://); llama.cpp parameters may "
+        "follow (-c 8192 -ngl 99 -ts 1,1 ...)",
+    )
     parser.add_argument("--name", help="deployment name (default: the model file's name)")
     parser.add_argument("--no-cpu-offloading", action="store_true", help="forbid layers on the CPU")
     parser.add_argument("--distributed", action="store_true", help="allow RPC servers on other workers")

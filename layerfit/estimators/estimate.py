@@ -35,6 +35,7 @@ from layerfit.estimators.runtime import DEFAULT_RUNTIME, RuntimeCosts
 from layerfit.estimators.settings import UNQUANTIZED_CACHE, Settings, resolve_settings
 from layerfit.estimators.shape import read_gguf
 from layerfit.estimators.speed_facts import speed_shape
+from layerfit.io.files import read_once
 
 if TYPE_CHECKING:  # the estimate path does not load the deployment (and cluster) models
     from layerfit.domain.deployment import Deployment
@@ -189,9 +190,10 @@ def _host_fixed(shape: ModelShape, settings: Settings, runtime: RuntimeCosts) ->
 
 def _projector(params: LlamaParams, flash_attn: bool) -> tuple[int, tuple[str, ...]]:
     """Weights and compute of a multimodal projector (``--mmproj``), held by the main GPU."""
-    if params.mmproj is None:
+    mmproj = params.mmproj
+    if mmproj is None:
         return 0, ()
-    header = read_header(params.mmproj)
+    header = read_once(mmproj, ("header",), lambda: read_header(mmproj))  # a URL: fetched once per plan
     meta = header.metadata
     image_size = _meta_int(meta, Keys.ClipVision.IMAGE_SIZE)
     patch_size = _meta_int(meta, Keys.ClipVision.PATCH_SIZE)

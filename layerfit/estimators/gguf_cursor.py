@@ -1,15 +1,16 @@
 """Bounds-checked sequential reads from a GGUF file through a sliding window buffer, and the walk
-that skips a string array (a vocabulary) without decoding it."""
+that skips a string array (a vocabulary) without decoding it. The bytes come from a ``ByteSource``
+(``layerfit.io.sources``): a local file or a remote one, read the same way."""
 
 from __future__ import annotations
 
 import struct
 from itertools import repeat
-from typing import BinaryIO
 
 from layerfit.errors import EstimationError
 from layerfit.estimators.gguf_constants import GGUFValueType
 from layerfit.estimators.gguf_types import SkippedString
+from layerfit.io.sources import ByteSource
 
 MAX_STRING_BYTES = 1 << 20
 """Longer metadata strings are skipped unread (``SkippedString``); chat templates are ~100 KB."""
@@ -48,13 +49,13 @@ def decode(raw: bytes) -> str:
 class Cursor:
     """Sequential, bounds-checked reads from a file through a sliding window buffer."""
 
-    def __init__(self, path: str, handle: BinaryIO, size: int) -> None:
-        self.path = path
-        self.size = size
+    def __init__(self, source: ByteSource) -> None:
+        self.path = source.name
+        self.size = source.size
         self.pos = 0
         self.strings_left = MAX_STRINGS
         """What the string-array walks of this file may still cover."""
-        self._handle = handle
+        self._source = source
         self._buf = b""
         self._start = 0
 
@@ -64,16 +65,16 @@ class Cursor:
     def remaining(self) -> int:
         return self.size - self.pos
 
-    def _window(self, n: int, what: str) -> int:
-        """Make ``[pos, pos + n)`` available in the buffer; return its index there."""
+    def _window(self, n: int, what: str, want: int = CHUNK) -> int:
+        """Make ``[pos, pos + n)`` available in the buffer (reading up to ``want`` bytes when it
+        must read); return its index there."""
         end = self.pos + n
         if end > self.size:
             raise self.error(f"{what}: needs {n} bytes but the file ends at byte {self.size}")
         if self.pos < self._start or end > self._start + len(self._buf):
             # One read from ``pos``, the old window's tail read again: joining it to the new bytes
             # instead copied the whole window twice (a vocabulary's megabytes, ~10 ms).
-            self._handle.seek(self.pos)
-            self._buf = self._handle.read(max(CHUNK, n))
+            self._buf = self._source.read(self.pos, n, max(want, n))
             self._start = self.pos
             if len(self._buf) < n:
                 raise self.error(f"{what}: the file is shorter than its reported size")
@@ -131,12 +132,14 @@ class Cursor:
         self.pos += n
 
     def skip_strings(self, count: int, what: str) -> None:
-        """Skip ``count`` length-prefixed strings without decoding them, a read window at a time."""
+        """Skip ``count`` length-prefixed strings without decoding them, a read window at a time
+        (each read asks for at least the next length prefix: a remote source need not fetch past
+        the header for the guess of how long the strings are)."""
         left = count
         while left:
             want = min(self.remaining(), max(CHUNK, STRING_GUESS_BYTES * left), MAX_WINDOW)
-            index = self._window(want, f"{what} item")
-            end, walked = walk_strings(self._buf, index, left, index + want)
+            index = self._window(U64.size, f"{what} item length", want)
+            end, walked = walk_strings(self._buf, index, left, len(self._buf))
             if walked:
                 self.pos = self._start + end
                 left -= walked

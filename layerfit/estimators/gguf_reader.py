@@ -1,5 +1,8 @@
 """Read a GGUF file's header, metadata and tensor table, never its tensor data.
 
+The file is a location (``layerfit.io.sources``): a path, or a URL whose header is read by range
+requests (``layerfit.remote``); either way its bytes come through a ``ByteSource``.
+
 Large arrays (the tokenizer's tokens, scores and merges) are skipped by their length instead of
 being decoded, so reading a header costs milliseconds and a few MiB whatever the model size.
 GGUF v2 and v3 (little-endian) are supported, as are split models (``name-00001-of-00003.gguf``:
@@ -33,7 +36,7 @@ from layerfit.estimators.gguf_cursor import MAX_STRING_BYTES, MAX_STRINGS, Curso
 from layerfit.estimators.gguf_metadata import KEEP_ARRAY_ITEMS, KEEP_STRING_ITEMS, MAX_KEY_BYTES, read_metadata
 from layerfit.estimators.gguf_types import ArrayInfo, GgufHeader, KeyType, MetaValue, SkippedString, TensorInfo
 from layerfit.estimators.sanity import check_metadata
-from layerfit.io.files import open_regular
+from layerfit.io import sources
 
 __all__ = [
     "KEEP_ARRAY_ITEMS",
@@ -152,12 +155,12 @@ def _alignment(cursor: Cursor, metadata: Mapping[str, MetaValue]) -> int:
 
 def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
     try:
-        handle = open_regular(path)
+        source = sources.open_source(path)
     except OSError as exc:
         raise EstimationError(path, "file", f"cannot open: {exc.strerror or exc}") from None
-    with handle:
-        size = os.fstat(handle.fileno()).st_size
-        cursor = Cursor(path, handle, size)
+    with source:
+        size = source.size
+        cursor = Cursor(source)
         magic = cursor.u32("magic")
         if magic != GGUF_MAGIC:
             raise cursor.error(f"not a GGUF file: magic {magic:#010x}, expected {GGUF_MAGIC:#010x} ('GGUF')", 0)
@@ -178,8 +181,9 @@ def _read_shard(path: str, file_index: int, allow_missing_data: bool) -> _Shard:
         metadata, key_types = read_metadata(cursor, kv_count)
         alignment = _alignment(cursor, metadata)
         raw = [_read_tensor_info(cursor, i) for i in range(tensor_count)]
-    data_start = -(-cursor.pos // alignment) * alignment
-    tensors = _check_tensors(path, raw, alignment, data_start, size, file_index, allow_missing_data)
+        data_start = -(-cursor.pos // alignment) * alignment
+        tensors = _check_tensors(path, raw, alignment, data_start, size, file_index, allow_missing_data)
+        source.done(min(data_start, size))
     return _Shard(path, version, alignment, metadata, tensors, size, data_start, key_types)
 
 
@@ -238,9 +242,8 @@ def _check_overlaps(path: str, raw: list[_RawTensor]) -> None:
 
 
 def shard_paths(path: str, count: int) -> tuple[str, ...]:
-    """All shard paths of a split model, given any one of them."""
-    directory, name = os.path.split(path)
-    match = _SHARD_NAME.match(name)
+    """All shard paths (or URLs) of a split model, given any one of them."""
+    match = _SHARD_NAME.match(sources.file_name(path))
     if match is None:
         raise EstimationError(
             path, Keys.Split.LLM_KV_SPLIT_COUNT, f"{count} shards, but the name is not NAME-00001-of-{count:05d}.gguf"
@@ -249,7 +252,8 @@ def shard_paths(path: str, count: int) -> tuple[str, ...]:
         raise EstimationError(
             path, Keys.Split.LLM_KV_SPLIT_COUNT, f"{count} shards, but the name says {int(match['count'])}"
         )
-    return tuple(os.path.join(directory, f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
+    names = (f"{match['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1))
+    return tuple(sources.sibling(path, name) for name in names)
 
 
 def _int_key(path: str, metadata: Mapping[str, MetaValue], key: str, default: int | None) -> int:
@@ -262,7 +266,9 @@ def _int_key(path: str, metadata: Mapping[str, MetaValue], key: str, default: in
 
 
 def read_header(path: str | os.PathLike[str], allow_missing_data: bool = True) -> GgufHeader:
-    """Read the header, metadata and tensor table of a GGUF file (all shards of a split model)."""
+    """Read the header, metadata and tensor table of a GGUF file (all shards of a split model):
+    a path, an ``https://`` URL, ``hf://ORG/REPO[@REVISION]/FILE.gguf`` or ``ms://...`` (see
+    ``layerfit.remote``). A URL's file size is the server's, so the tensor-extent checks hold."""
     path = os.fspath(path)
     first = _read_shard(path, 0, allow_missing_data)
     count = _int_key(path, first.metadata, Keys.Split.LLM_KV_SPLIT_COUNT, 1)
@@ -273,11 +279,11 @@ def read_header(path: str | os.PathLike[str], allow_missing_data: bool = True) -
         number = _int_key(path, first.metadata, Keys.Split.LLM_KV_SPLIT_NO, 0)
         shards = []
         for index, shard_path in enumerate(paths):
-            if not os.path.exists(shard_path):
+            if not sources.exists(shard_path):
                 raise EstimationError(shard_path, "file", f"shard {index + 1} of {count} is missing")
             shard = (
                 first
-                if index == number and os.path.samefile(shard_path, path)
+                if index == number and sources.same_file(shard_path, path)
                 else _read_shard(shard_path, index, allow_missing_data)
             )
             shards.append(shard)

@@ -186,10 +186,13 @@ def deployment_from_gpustack(
     gguf_path: str | None = None,
     profile: MemoryProfile | None = None,
     cluster: Cluster | None = None,
+    mmproj: str | None = None,
 ) -> Deployment:
     """A GPUStack model as a layerfit ``Deployment``; give the GGUF path or a memory profile.
 
     ``cluster`` (the converted workers) lets ``gpus_per_replica`` pick the freest selected GPUs.
+    ``mmproj`` (the projector GPUStack found in the model's repository: ``sources.model_files``)
+    replaces the backend parameters' own ``--mmproj``.
     """
     record(model, "model")
     name = str(field(model, "name", "") or "")
@@ -201,7 +204,7 @@ def deployment_from_gpustack(
     # GPUStack's selector tests these for truth: an unset (None) switch is off.
     cpu_offloading = bool(field(model, "cpu_offloading", False))
     distributed = bool(field(model, "distributed_inference_across_workers", False))
-    return load_model(
+    deployment = load_model(
         Deployment,
         {
             "name": name,
@@ -216,6 +219,9 @@ def deployment_from_gpustack(
         },
         "GPUStack model",
     )
+    if mmproj is None:
+        return deployment
+    return deployment.model_copy(update={"params": deployment.params.model_copy(update={"mmproj": mmproj})})
 
 
 def config_from_gpustack(model: Any, config: PlannerConfig = PlannerConfig()) -> PlannerConfig:

@@ -6,12 +6,18 @@ resource_view=resource_view)`` and calls ``await select_candidates(workers)`` th
 it in is one line. Differences a GPUStack user sees: no gguf-parser subprocess per GPU
 combination (one in-process estimate), placements proven optimal by the solver, every manual
 selection honoured as GPUStack does, and typed reasons (``reasons``) beside the messages.
+
+The model's memory comes from its own source (``layerfit.gpustack.sources``): a local path, or a
+Hugging Face or ModelScope file (its repository listed as GPUStack lists it, for a file-name
+pattern and a projector) whose header is read over HTTP (``layerfit.remote``). The reads and the
+plan run in a worker thread: ``select_candidates`` never blocks GPUStack's event loop.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from layerfit.domain.cluster import Cluster
@@ -29,9 +35,13 @@ from layerfit.gpustack.inputs import (
     workers_by_name,
 )
 from layerfit.gpustack.messages import gpustack_messages
+from layerfit.gpustack.sources import ModelFiles, model_files, with_unified_costs
+from layerfit.io.files import reading_once
 from layerfit.planning.planner import plan as plan_deployment
+from layerfit.planning.profiles import resolve_profile
 
-ProfileSource = MemoryProfile | Callable[[Any], MemoryProfile]
+ProfileSource = MemoryProfile | Callable[[Any], MemoryProfile] | Callable[[Any], Awaitable[MemoryProfile]]
+"""A profile, or a function of the GPUStack model returning one (``async def`` too: awaited)."""
 
 
 def schedule_candidates(
@@ -43,14 +53,20 @@ def schedule_candidates(
     profile: MemoryProfile | None = None,
     config: PlannerConfig = PlannerConfig(),
     resource_view: Any | None = None,
+    mmproj: str | None = None,
 ) -> tuple[list[dict[str, Any]], Plan]:
     """Candidates as dicts in GPUStack's shape (best first, then equally good ones) and the plan.
 
-    An empty list means nothing fits; ``plan.messages`` and ``plan.reasons`` say why.
+    An empty list means nothing fits; ``plan.messages`` and ``plan.reasons`` say why. A profile
+    estimated from ``gguf_path`` (a path or a remote location; with ``mmproj``, the projector
+    found beside it) gets the cluster's unified-memory costs (``sources.with_unified_costs``); a
+    profile given is used as given.
     """
     cluster = cluster_from_gpustack(workers, model_instances, resource_view)
-    deployment = deployment_from_gpustack(model, gguf_path=gguf_path, profile=profile, cluster=cluster)
+    deployment = deployment_from_gpustack(model, gguf_path=gguf_path, profile=profile, cluster=cluster, mmproj=mmproj)
     planner_config = config_from_gpustack(model, config)
+    if profile is None:
+        profile = with_unified_costs(resolve_profile(deployment), cluster)
     if selects_missing_gpus(cluster, deployment):
         # GPUStack's scheduler passes only the workers it keeps (ready, matching the selector), so a
         # selection may name others: its selector then places nothing and says why, as the heuristic does.
@@ -58,7 +74,7 @@ def schedule_candidates(
 
         result = heuristic_plan(cluster, deployment, planner_config, profile)
     else:
-        result = plan_deployment(cluster, deployment, planner_config)
+        result = plan_deployment(cluster, deployment, planner_config, profile)
     chosen = ([result.best] if result.best is not None else []) + list(result.alternatives)
     by_name = workers_by_name(workers)
     return [candidate_dict(candidate, cluster, by_name) for candidate in chosen], result
@@ -75,8 +91,10 @@ def selects_missing_gpus(cluster: Cluster, deployment: Deployment) -> bool:
 class LayerfitGGUFSelector:
     """Drop-in for GPUStack's ``GGUFResourceFitSelector`` (same constructor, same calls).
 
-    ``profile`` (a memory profile, or a function of the GPUStack model returning one) or
-    ``gguf_path`` says what the model needs; by default the model's ``local_path`` is estimated.
+    ``profile`` (a memory profile, or a function of the GPUStack model returning one, plain or
+    ``async``) or ``gguf_path`` (a path or a remote location) says what the model needs; by default
+    the files the model's own source names are estimated (``sources.model_files``: its
+    ``local_path``, Hugging Face or ModelScope file and projector).
     ``output`` is ``"auto"`` (GPUStack's own candidate objects when ``gpustack`` imports and the
     workers are GPUStack objects), ``"objects"`` or ``"dicts"``.
     """
@@ -125,20 +143,35 @@ class LayerfitGGUFSelector:
         """GGUF placements are priced per layer and per GPU: no single claim (as in GPUStack)."""
         return None
 
-    def _resolved_profile(self) -> tuple[MemoryProfile | None, str | None]:
-        if self._profile is not None:
-            found = self._profile if isinstance(self._profile, MemoryProfile) else self._profile(self._model)
-            if not isinstance(found, MemoryProfile):
-                shown = type(found).__name__
-                raise InputError("profile", f"the profile function returned {shown}, not a MemoryProfile")
-            return found, None
-        path = self._gguf_path or field(self._model, "local_path", None)
-        if path is None or not os.path.exists(str(path)):
-            raise InputError(
-                f"model {field(self._model, 'name', '?')}",
-                f"no memory profile and no readable GGUF file (local_path {path!r}); give profile= or gguf_path=",
+    async def _given_profile(self) -> MemoryProfile | None:
+        """The profile given (a function of the model called in a worker thread, or awaited)."""
+        if self._profile is None or isinstance(self._profile, MemoryProfile):
+            return self._profile
+        found = await asyncio.to_thread(self._profile, self._model)
+        if inspect.isawaitable(found):
+            found = await found
+        if not isinstance(found, MemoryProfile):
+            shown = type(found).__name__
+            raise InputError("profile", f"the profile function returned {shown}, not a MemoryProfile")
+        return found
+
+    def _schedule(self, workers: Sequence[Any], profile: MemoryProfile | None) -> tuple[list[dict[str, Any]], Plan]:
+        """The candidates and the plan; without a profile, from the model's own files (its
+        repository listed, its headers read: network I/O, so run in a worker thread)."""
+        files = None
+        if profile is None:
+            files = ModelFiles(model=self._gguf_path) if self._gguf_path else model_files(self._model)
+        with reading_once():  # the profile's and the plan's reads of a header are one
+            return schedule_candidates(
+                workers,
+                self._model,
+                self._model_instances,
+                gguf_path=None if files is None else files.model,
+                profile=profile,
+                config=self._config,
+                resource_view=self._resource_view,
+                mmproj=None if files is None else files.mmproj,
             )
-        return None, str(path)
 
     def _wants_objects(self, workers: Sequence[Any]) -> bool:
         if self._output == "auto":
@@ -151,17 +184,11 @@ class LayerfitGGUFSelector:
         if not workers:
             self.plan = None
             return []
-        profile, path = self._resolved_profile()
-        found, self.plan = schedule_candidates(
-            workers,
-            self._model,
-            self._model_instances,
-            gguf_path=path,
-            profile=profile,
-            config=self._config,
-            resource_view=self._resource_view,
-        )
-        self._messages = gpustack_messages(self.plan, selected=field(self._model, "gpu_selector.gpu_ids", None))
+        profile = await self._given_profile()
+        # Off the event loop: the listing and header reads, and the solver's search.
+        found, plan = await asyncio.to_thread(self._schedule, workers, profile)
+        self.plan = plan
+        self._messages = gpustack_messages(plan, selected=field(self._model, "gpu_selector.gpu_ids", None))
         if self._wants_objects(workers):
             return [to_gpustack_object(candidate) for candidate in found]
         return found

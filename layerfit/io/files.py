@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ from typing import Any, BinaryIO, TypeVar
 
 T = TypeVar("T")
 _READ: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("read", default=None)
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -57,6 +60,11 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
+def is_remote(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` is a URL (``scheme://...``) rather than a path."""
+    return isinstance(location, str) and _URL.match(location) is not None
+
+
 @contextmanager
 def reading_once() -> Iterator[None]:
     """Within it, ``read_once`` reads a file once while it is unchanged: a context search,
@@ -74,8 +82,14 @@ def reading_once() -> Iterator[None]:
 def read_once(path: str | os.PathLike[str], how: tuple[Any, ...], read: Callable[[], T]) -> T:
     """``read()`` (what ``path`` holds, read in the way ``how`` names); within ``reading_once``, what
     it gave before for the same file while it has the same device, inode, size and modification
-    and change times."""
+    and change times (a URL: for the same URL, taken as unchanged within it)."""
     done = _READ.get()
+    if done is not None and is_remote(path):
+        remote_key = (path, how, "remote")
+        if remote_key not in done:
+            done[remote_key] = read()
+        remote_result: T = done[remote_key]
+        return remote_result
     try:
         info = os.stat(path)
     except OSError:  # the reader says what is wrong, naming the file

@@ -150,6 +150,23 @@ def _own_args(params: LlamaParams) -> tuple[str, ...]:
     return tuple(params.model_copy(update={"load_mode": None, "flash_attn": "auto"}).to_args())
 
 
+def model_args(location: str) -> list[str]:
+    """How ``llama-server`` is told the model: ``-m PATH``; a Hugging Face file at its default
+    revision by ``-hfr ORG/REPO -hff FILE`` (llama.cpp fetches it, reading ``HF_TOKEN`` and
+    ``HF_ENDPOINT`` itself); any other URL (``ms://``, another revision, ``https://``) by
+    ``-mu URL``, its resolved download URL."""
+    from layerfit.io.files import is_remote
+
+    if not is_remote(location):
+        return ["-m", location]
+    from layerfit.remote.locations import DEFAULT_REVISION, parse_location
+
+    remote = parse_location(location)
+    if remote.hub == "hf" and remote.revision == DEFAULT_REVISION["hf"] and remote.repo and remote.file:
+        return ["-hfr", remote.repo, "-hff", remote.file]
+    return ["-mu", remote.url]
+
+
 def server_command(
     cluster: Cluster,
     layout: Layout,
@@ -174,7 +191,7 @@ def server_command(
     build = config.build
     _check_own_flags(params, build)
     own_args = _own_args(params)
-    argv: list[str] = ["-m", model_path, *own_args, *kind_switches(kind, params.extra)]
+    argv: list[str] = [*model_args(model_path), *own_args, *kind_switches(kind, params.extra)]
     argv += flash_attn_args(params.flash_attn, build)
     argv += load_mode_args(params.load_mode, build)
     argv += ["-ngl", str(gpu_layers_flag(layout))]
