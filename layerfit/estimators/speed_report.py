@@ -1,16 +1,19 @@
 """``layerfit estimate --gpu NAME``: the predicted speed of the estimate's reference layouts on one
-GPU of that name (``layerfit.speed``), with the host's stated defaults."""
+GPU of that name (``layerfit.speed``), with the host's stated defaults.
+
+The speed model and the cluster types are imported only when a GPU is named: a plain estimate
+does not build them (``tests/test_estimator_gguf_constants.py``)."""
 
 from __future__ import annotations
 
-from layerfit.domain import Cluster, DeviceAssignment, Layout, LlamaParams, MemoryProfile
+from typing import TYPE_CHECKING
+
 from layerfit.domain.base import MAX_BYTES, Frozen
 from layerfit.domain.speed import SpeedPrediction
 from layerfit.errors import InputError
-from layerfit.memory import layout_from_flags, make_layout
-from layerfit.memory.experts import engine_blocks, with_host_experts
-from layerfit.speed import predict, settings_for
-from layerfit.speed.gpu_table import match
+
+if TYPE_CHECKING:
+    from layerfit.domain import Cluster, LlamaParams, MemoryProfile
 
 WORKER = "gpu"
 MAX_NAME = 200
@@ -37,6 +40,9 @@ def reference_cluster(gpu_name: str) -> Cluster:
         raise InputError(
             "--gpu", f"expected a GPU name of printable text (at most {MAX_NAME} characters), got {gpu_name[:40]!r}"
         )
+    from layerfit.domain.cluster import Cluster
+    from layerfit.speed.gpu_table import match
+
     spec = match(gpu_name)
     apple = spec is not None and spec.family == "apple"
     gpu = {"index": 0, "type": "mps" if apple else "cuda", "name": gpu_name}
@@ -58,6 +64,11 @@ def reference_cluster(gpu_name: str) -> Cluster:
 
 def estimate_speed(profile: MemoryProfile, params: LlamaParams, gpu_name: str) -> EstimateSpeed:
     """The speed of full offload, CPU only and the requested ``-ngl`` on one GPU of that name."""
+    from layerfit.domain.layout import DeviceAssignment, Layout
+    from layerfit.memory import layout_from_flags, make_layout
+    from layerfit.memory.experts import engine_blocks, with_host_experts
+    from layerfit.speed import predict, settings_for
+
     cluster = reference_cluster(gpu_name)
     settings = settings_for(params, ctx=profile.speed.ctx if profile.speed is not None else None)
     n = profile.n_blocks
