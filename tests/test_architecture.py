@@ -136,6 +136,7 @@ RANKS = {
     "layerfit.io": 3,
     "layerfit.budget": 3,
     "layerfit.memory": 3,
+    "layerfit.speed": 3,
     "layerfit.estimators": 4,
     "layerfit.check": 4,
     "layerfit.llamacpp.commands": 4,

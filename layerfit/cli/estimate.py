@@ -47,7 +47,7 @@ def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:
     params = LlamaParams.from_args(rest)
     kind = ModelKind(kind_of_switches(params.extra))  # --embedding, --rerank: an embedding or reranking run
     shape = estimators.read_gguf(args.model)
-    report = estimate_report(shape, params, kind=kind)
+    report = estimate_report(shape, params, kind=kind, gpu_name=args.gpu)
     print(report.model_dump_json(indent=2) if args.json else estimate_table(shape, report))
     return EXIT_PLACED
 
@@ -65,6 +65,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "model",
         help="GGUF file, or its URL (https://..., hf://ORG/REPO[@REVISION]/FILE.gguf, ms://...: the header is "
         "read by range requests); llama.cpp parameters may follow (--ctx-size, -ctk, -fa, -np ...)",
+    )
+    estimate.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help="also predict the speed of the reference layouts on one GPU of this name (as NVML or Apple "
+        "report it: 'NVIDIA GeForce RTX 4090', 'Apple M2 Ultra'; see docs/speed.md)",
     )
     estimate.add_argument(
         "--json", action="store_true", help="print the estimate as JSON: assumed parameters, profile, totals"

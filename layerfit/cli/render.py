@@ -9,6 +9,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.fleet import FleetPlan, PlacedReplica, ReplicaChange
 from layerfit.domain.layout import Claims
 from layerfit.domain.plan import Plan, Reason
+from layerfit.domain.speed import SpeedPrediction
 from layerfit.heuristics.notes import Action
 
 _VRAM_TERMS = ("weights", "output", "KV", "compute", "runtime", "total")
@@ -133,6 +134,22 @@ def _layouts_differ(reasons: Sequence[Reason]) -> list[str]:
     ]
 
 
+def _rate(per_s: float) -> str:
+    """``~24``, ``~1,250``, ``~0.8``: a rate at the precision a prediction has."""
+    return f"~{per_s:,.0f}" if per_s >= 10 else f"~{per_s:.1f}"
+
+
+def speed_lines(speed: SpeedPrediction, terms: int = 2) -> list[str]:
+    """The predicted speed, its largest decode terms, and what it assumed."""
+    largest = ", ".join(f"{term.where} {term.ms:.3g} ms" for term in speed.largest_terms(terms))
+    return [
+        f"  predicted: {_rate(speed.decode_tokens_per_s)} tokens/s decode (one sequence, {speed.context_fill} tokens "
+        f"cached), {_rate(speed.prompt_tokens_per_s)} tokens/s prompt; per token {speed.decode_ms_per_token:.3g} ms, "
+        f"most in {largest}",
+        *(f"    assumed: {text}" for text in speed.assumptions),
+    ]
+
+
 def render_plan(plan: Plan) -> str:
     """A plan as text for a terminal: status, every term of every claim, reasons, command lines."""
     lines = [f"deployment {plan.deployment}: {plan.status.value}"]
@@ -144,6 +161,8 @@ def render_plan(plan: Plan) -> str:
             f"  {best.strategy.value}: main worker {layout.main_worker}, {layout.gpu_layers}/{layout.n_blocks + 1} "
             f"layers on GPUs{output}, {layout.cpu_blocks} blocks on CPU"
         )
+        if best.speed is not None:
+            lines += speed_lines(best.speed)
         if best.claims.devices:
             lines += vram_table(plan, best.claims)
         lines += ram_table(plan, best.claims)
@@ -174,7 +193,12 @@ _CHANGE_NOTES = {"started": "first start", "moved": "move", "stopped": "stops fo
 
 def _replica_line(cluster: Cluster, placed: PlacedReplica) -> str:
     gpus = ", ".join(cluster.gpu_id(d.worker, d.gpu_index) for d in placed.layout.devices) or "CPU"
-    return f"    {placed.deployment}#{placed.replica}: {placed.layout.main_worker} [{gpus}]"
+    speed = ""
+    if placed.speed is not None:
+        speed = f", {_rate(placed.speed.decode_tokens_per_s)} tokens/s alone"
+        if placed.busy_speed is not None:
+            speed += f", {_rate(placed.busy_speed.decode_tokens_per_s)} with its GPUs' other replicas busy"
+    return f"    {placed.deployment}#{placed.replica}: {placed.layout.main_worker} [{gpus}]{speed}"
 
 
 def render_fleet(plan: FleetPlan, cluster: Cluster) -> str:

@@ -10,6 +10,7 @@ from typing import Annotated, Self
 from pydantic import Field, field_validator, model_validator
 
 from layerfit.domain.base import ID_NOT_A_BOOLEAN, NOT_A_BOOLEAN, Bytes, Frozen, Name, NonNegInt, PrintableName
+from layerfit.domain.speed import PositiveFigure
 from layerfit.errors import InputError
 
 GPU_TYPES = (
@@ -50,6 +51,9 @@ _GPU_REF_PATTERN = re.compile(r"^(?P<worker>[^:\s]+):(?P<type>[A-Za-z][A-Za-z0-9
 _RPC_HOST = re.compile(r"[A-Za-z0-9_.-]{1,253}")
 """An IPv4 address or a host name (letters, digits, ``-``, ``.``; ``_`` as some resolvers take it)."""
 
+MAX_CPU_THREADS = 4096
+"""Most threads a worker is said to compute with (the largest servers have a few hundred cores)."""
+
 MAX_GPU_INDEX = 1023
 """Largest GPU index: it names a ggml device (``CUDA3``), and ggml backends enumerate a few dozen
 devices at most (CUDA: 16); a larger number is a typo or garbage, never a device."""
@@ -63,6 +67,11 @@ class Gpu(Frozen):
     name: PrintableName = ""
     total_vram_bytes: Bytes
     allocatable_vram_bytes: Bytes
+    memory_bandwidth_gbps: PositiveFigure | None = None
+    """Its memory bandwidth in GB/s (gigabytes), as vendors quote it; ``None``: the speed model's GPU
+    table by ``name`` (``layerfit.speed.gpu_table``), or its stated default for an unknown GPU."""
+    fp16_tflops: PositiveFigure | None = None
+    """Its dense FP16 tensor rate in TFLOPS; ``None``: the GPU table, as for the bandwidth."""
 
     @model_validator(mode="after")
     def _allocatable_within_total(self) -> Self:
@@ -76,6 +85,15 @@ class Gpu(Frozen):
                 f"gpu[{self.index}].type", f"unknown GPU type {self.type!r}; known: {', '.join(GPU_TYPES)}"
             )
         return self
+
+
+class Network(Frozen):
+    """A worker's link to the other workers, for the RPC traffic the speed model counts."""
+
+    bandwidth_gbps: PositiveFigure | None = None
+    """Gbit/s (gigabits), as links are quoted (1, 10, 25); ``None``: the speed model's default."""
+    rtt_ms: PositiveFigure | None = None
+    """Round-trip time to the other workers in milliseconds; ``None``: the speed model's default."""
 
 
 class Worker(Frozen):
@@ -95,6 +113,14 @@ class Worker(Frozen):
     total_ram_bytes: Bytes
     allocatable_ram_bytes: Bytes
     gpus: tuple[Gpu, ...] = ()
+    ram_bandwidth_gbps: PositiveFigure | None = None
+    """Host RAM bandwidth in GB/s (what blocks and experts kept on the host are read at); ``None``:
+    the speed model's stated default."""
+    cpu_threads: Annotated[int, Field(ge=1, le=MAX_CPU_THREADS), NOT_A_BOOLEAN] | None = None
+    """Threads llama.cpp computes with on this worker (``-t`` of a deployment overrides it on its
+    main worker); ``None``: the speed model's stated default."""
+    network: Network | None = None
+    """Its link to the other workers; ``None``: the speed model's stated defaults."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

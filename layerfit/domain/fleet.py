@@ -15,6 +15,7 @@ from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.limits import MAX_TIME_LIMIT_S
 from layerfit.domain.plan import Command, DeviceUse, EngineStats, Reason, Status, WorkerUse
+from layerfit.domain.speed import SpeedPrediction
 from layerfit.errors import InputError
 
 
@@ -132,6 +133,11 @@ class PlacedReplica(Frozen):
     """Its GPUs, in llama.cpp device order: names and the memory it needs of each (as ``Plan``'s)."""
     worker_use: tuple[WorkerUse, ...] = ()
     """Its workers, main first: the RAM (or unified pool) it needs of each (as ``Plan``'s)."""
+    speed: SpeedPrediction | None = None
+    """Its predicted speed running alone: no other replica decoding on its GPUs at the same time."""
+    busy_speed: SpeedPrediction | None = None
+    """Its predicted speed with every replica the plan puts on its GPUs decoding at the same time
+    (they share each GPU's bandwidth and FLOPS); ``None`` when it shares no GPU (``speed`` holds)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -10,6 +10,7 @@ from pydantic import Field, computed_field
 
 from layerfit.domain.base import SCHEMA_VERSION, Frozen, Itemised, NonNegInt
 from layerfit.domain.layout import Claims, Layout
+from layerfit.domain.speed import SpeedPrediction
 
 
 class Status(StrEnum):
@@ -109,6 +110,9 @@ class Candidate(Frozen):
     strategy: StrategyClass
     score: float = 0.0
     """Placement score (higher is better under the configured policy)."""
+    speed: SpeedPrediction | None = None
+    """Its predicted decode and prompt speed (``layerfit.speed.predict``); ``None`` only inside the
+    engines, before the planner adds it."""
 
 
 class EngineStats(Frozen):

@@ -13,6 +13,7 @@ from typing import Any, Self
 from pydantic import Field, field_validator, model_validator
 
 from layerfit.domain.base import Bytes, Frozen, NonNegInt, strictly_ascending
+from layerfit.domain.speed import SpeedShape
 from layerfit.errors import InputError
 
 _RUN = re.compile(r"^\s*(?P<size>.+?)\s*[x×*]\s*(?P<count>\d+)\s*$")
@@ -196,6 +197,9 @@ class MemoryProfile(Frozen):
     scan_crossings: tuple[NonNegInt, ...] = ()
     """Blocks ``b`` whose block ``b-1`` is recurrent too, neither attending: a device boundary
     before ``b`` runs part of a scan on both devices, with its 4 pipeline copies."""
+    speed: SpeedShape | None = None
+    """What one token reads and computes per block (``layerfit.speed``); ``None``: a profile given as
+    numbers, whose speed figures the speed model derives from its bytes and states as assumptions."""
     warnings: tuple[str, ...] = ()
     """What the estimator could not model exactly."""
 
@@ -250,6 +254,10 @@ class MemoryProfile(Frozen):
                     )
         elif self.block_host_expert_bytes is not None:
             raise InputError("block_host_expert_bytes", "given without block_expert_bytes")
+        if self.speed is not None and self.speed.n_blocks != n_blocks:
+            raise InputError(
+                "speed.block_dense_bytes", f"has {self.speed.n_blocks} entries, the profile has {n_blocks}"
+            )
         fixed = self.fixed_host_experts or ()
         if not strictly_ascending(fixed) or any(block >= n_blocks or self.expert_bytes(block) == 0 for block in fixed):
             raise InputError(

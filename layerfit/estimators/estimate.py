@@ -34,6 +34,7 @@ from layerfit.estimators.model_shape import ModelShape
 from layerfit.estimators.runtime import DEFAULT_RUNTIME, RuntimeCosts
 from layerfit.estimators.settings import UNQUANTIZED_CACHE, Settings, resolve_settings
 from layerfit.estimators.shape import read_gguf
+from layerfit.estimators.speed_facts import speed_shape
 from layerfit.io.files import read_once
 
 if TYPE_CHECKING:  # the estimate path does not load the deployment (and cluster) models
@@ -41,7 +42,6 @@ if TYPE_CHECKING:  # the estimate path does not load the deployment (and cluster
 
 VOCAB_ENTRY_BYTES = 96
 """Host RAM per vocabulary entry for the tokenizer's tables."""
-
 
 
 def estimate_profile(
@@ -122,6 +122,7 @@ def estimate_profile(
             kinds_compute=by_kinds,
             scan_bytes=compute.scan,
             scan_crossings=scan_crossings(layer_kinds(shape)) if compute.scan else (),
+            speed=speed_shape(shape, settings),
             warnings=(*shape.warnings, *setting_warnings, *projector_warnings, *override_warnings, *kv_warnings),
         )
     except ValidationError as exc:  # sizes no real model has (a hostile or broken header, or huge -c/-ub/-np)

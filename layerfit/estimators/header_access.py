@@ -139,6 +139,16 @@ class TensorGroups:
     def expert_bytes(self) -> tuple[int, ...]:
         return tuple(sum(t.n_bytes for name, t in block.items() if EXPERT_TENSOR.match(name)) for block in self.blocks)
 
+    def matrix_elements(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Per block, the elements of its weight matrices (2-D or more): those every token uses, and
+        the routed experts' (all experts together)."""
+        dense, experts = [], []
+        for block in self.blocks:
+            sizes = [(EXPERT_TENSOR.match(name) is not None, _elements(t)) for name, t in block.items() if _matrix(t)]
+            dense.append(sum(size for expert, size in sizes if not expert))
+            experts.append(sum(size for expert, size in sizes if expert))
+        return tuple(dense), tuple(experts)
+
     def dim(self, block: int, name: str, axis: int) -> int:
         tensor = self.blocks[block].get(name) if block < len(self.blocks) else None
         return tensor.shape[axis] if tensor is not None and len(tensor.shape) > axis else 0
@@ -148,3 +158,20 @@ class TensorGroups:
         if fused_gate_up and "ffn_gate.weight" not in self.blocks[block]:
             dense //= 2  # gate and up stacked in ffn_up: the feed-forward is half as wide
         return dense + self.dim(block, "ffn_up_shexp.weight", 1)
+
+
+def _matrix(tensor: TensorInfo) -> bool:
+    """A weight matrix the graph multiplies by (not a norm, bias or scale vector)."""
+    return len(tensor.shape) >= 2 and tensor.name.endswith(".weight")
+
+
+def _elements(tensor: TensorInfo) -> int:
+    count = 1
+    for extent in tensor.shape:
+        count *= extent
+    return count
+
+
+def output_matrix_elements(tensor: TensorInfo | None) -> int:
+    """The elements of the output projection (or of the token embedding it ties to)."""
+    return _elements(tensor) if tensor is not None and _matrix(tensor) else 0

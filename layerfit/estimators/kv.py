@@ -88,7 +88,7 @@ def block_kv_bytes(
 ) -> tuple[int, ...]:
     """KV cache plus recurrent state of every block."""
     return tuple(
-        _attention_bytes(shape, layer, cache, type_k, type_v) + _state_bytes(shape, layer, cache.n_seq)
+        _attention_bytes(shape, layer, cache, type_k, type_v) + state_bytes(shape, layer, cache.n_seq)
         for layer in range(shape.block_count)
     )
 
@@ -96,20 +96,27 @@ def block_kv_bytes(
 def _attention_bytes(
     shape: ModelShape, layer: int, cache: CacheGeometry, type_k: GGMLQuantizationType, type_v: GGMLQuantizationType
 ) -> int:
+    swa = shape.swa_layers[layer]
+    cells = cache.swa_cells(shape.sliding_window) if swa else cache.full_cells
+    return cell_bytes(shape, layer, type_k, type_v) * cells
+
+
+def cell_bytes(shape: ModelShape, layer: int, type_k: GGMLQuantizationType, type_v: GGMLQuantizationType) -> int:
+    """The KV cache of one cached position of one block (0 where the block keeps none)."""
     heads_kv = shape.head_count_kv[layer]
     trailing = shape.block_count - layer  # shared-KV and prediction-only blocks sit at the end
     if not shape.causal or heads_kv == 0 or trailing <= shape.shared_kv_layers + shape.nextn_predict_layers:
         return 0
-    swa = shape.swa_layers[layer]
-    cells = cache.swa_cells(shape.sliding_window) if swa else cache.full_cells
     if shape.mla:
-        return row_bytes(type_k, shape.kv_lora_rank + shape.rope_dimension_count) * cells
+        return row_bytes(type_k, shape.kv_lora_rank + shape.rope_dimension_count)
+    swa = shape.swa_layers[layer]
     key_length = (shape.key_length_swa if swa else None) or shape.key_length
     value_length = (shape.value_length_swa if swa else None) or shape.value_length
-    return (row_bytes(type_k, heads_kv * key_length) + row_bytes(type_v, heads_kv * value_length)) * cells
+    return row_bytes(type_k, heads_kv * key_length) + row_bytes(type_v, heads_kv * value_length)
 
 
-def _state_bytes(shape: ModelShape, layer: int, n_seq: int) -> int:
+def state_bytes(shape: ModelShape, layer: int, n_seq: int = 1) -> int:
+    """The recurrent state of one block for ``n_seq`` sequences (0 for a block without one)."""
     if not shape.recurrent_layers[layer]:
         return 0
     if shape.architecture in arch_rules.RWKV:

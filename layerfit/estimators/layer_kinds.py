@@ -81,6 +81,8 @@ def blocks_within(shape: ModelShape, kinds: Sequence[int], union: int) -> ModelS
             "recurrent_layers": pick(shape.recurrent_layers),
             "block_bytes": pick(shape.block_bytes),
             "block_expert_bytes": pick(shape.block_expert_bytes),
+            "block_dense_elements": pick(shape.block_dense_elements),
+            "block_expert_elements": pick(shape.block_expert_elements),
             "expert_count": shape.expert_count if experts else 0,
             "expert_used_count": shape.expert_used_count if experts else 0,
         }

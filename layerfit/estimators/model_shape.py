@@ -66,6 +66,12 @@ class ModelShape(Frozen):
     block_bytes: tuple[NonNegInt, ...]
     block_expert_bytes: tuple[NonNegInt, ...]
     """Bytes of the routed-expert tensors (``ffn_{up,down,gate,gate_up}_{exps,chexps}``) of each block."""
+    block_dense_elements: tuple[NonNegInt, ...]
+    """Elements of each block's weight matrices but the routed experts' (one multiply-add per token each)."""
+    block_expert_elements: tuple[NonNegInt, ...]
+    """Elements of each block's routed-expert matrices, all experts together."""
+    output_elements: NonNegInt = 0
+    """Elements of the output projection (the token embedding where tied)."""
     token_embd_bytes: NonNegInt
     input_bytes: NonNegInt
     """Tensors that always stay on the host: token embedding, position/type embeddings, rope factors."""
@@ -102,6 +108,8 @@ class ModelShape(Frozen):
             "recurrent_layers",
             "block_bytes",
             "block_expert_bytes",
+            "block_dense_elements",
+            "block_expert_elements",
         ):
             if len(getattr(self, field)) != n:
                 raise EstimationError(self.path, field, f"has {len(getattr(self, field))} entries for {n} blocks")

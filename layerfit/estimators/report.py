@@ -17,6 +17,7 @@ from layerfit.estimators.estimate import estimate_profile
 from layerfit.estimators.model_shape import ModelShape
 from layerfit.estimators.runtime import DEFAULT_RUNTIME, RuntimeCosts
 from layerfit.estimators.settings import Settings, resolve_settings
+from layerfit.estimators.speed_report import EstimateSpeed, estimate_speed, speed_table
 from layerfit.memory import claims, layout_from_flags, make_layout
 
 _GPU = "gpu"
@@ -117,6 +118,8 @@ class Estimate(Frozen):
     compute buffer and the per-process runtime. ``None`` when the runtime costs are a CPU build's."""
     requested: Claims | None = None
     """The given ``-ngl N`` (N > 0) on one GPU, split as llama.cpp splits it; ``None`` without one."""
+    speed: EstimateSpeed | None = None
+    """``--gpu NAME``: the predicted speed of the reference layouts on one GPU of that name."""
 
 
 def estimate_report(
@@ -125,8 +128,10 @@ def estimate_report(
     *,
     kind: ModelKind = ModelKind.LLM,
     runtime: RuntimeCosts = DEFAULT_RUNTIME,
+    gpu_name: str | None = None,
 ) -> Estimate:
-    """The full estimate of a model: assumed parameters, profile and the two reference claims."""
+    """The full estimate of a model: assumed parameters, profile and the two reference claims; with
+    ``gpu_name``, their predicted speed on one GPU of that name."""
     settings, _ = resolve_settings(shape, params, kind, runtime)
     profile = estimate_profile(shape, params, kind=kind, runtime=runtime)
     n = profile.n_blocks
@@ -142,6 +147,7 @@ def estimate_report(
         cpu_only=claims(profile, Layout(main_worker=_HOST, n_blocks=n)),
         op_offload=op_offload if op_offload.devices else None,
         requested=claims(profile, layout_from_flags(_GPU, [(_GPU, 0)], n, ngl)) if ngl else None,
+        speed=estimate_speed(profile, params, gpu_name) if gpu_name is not None else None,
     )
 
 
@@ -210,6 +216,8 @@ def estimate_table(shape: ModelShape, report: Estimate) -> str:
         f"per layer on a GPU: {format_bytes(min(per_layer))} to {format_bytes(max(per_layer))}"
         f" (mean {format_bytes(sum(per_layer) // n)})"
     )
+    if report.speed is not None:
+        lines += ["", *speed_table(report.speed, report.parameters.n_gpu_layers)]
     if profile.warnings:
         lines += ["", "warnings:", *(f"  - {warning}" for warning in profile.warnings)]
     return "\n".join(lines)

@@ -12,10 +12,7 @@ from layerfit.errors import EstimationError
 from layerfit.estimators import architectures as arch_rules
 from layerfit.estimators.gguf_constants import GGMLQuantizationType, Keys
 from layerfit.estimators.gguf_reader import GgufHeader, TensorInfo, read_header
-from layerfit.estimators.header_access import (
-    MetaReader,
-    TensorGroups,
-)
+from layerfit.estimators.header_access import MetaReader, TensorGroups, output_matrix_elements
 from layerfit.estimators.key_check import check_arch_keys, check_keys, check_required, check_tokenizer
 from layerfit.estimators.model_shape import ModelShape
 from layerfit.estimators.tensor_check import EXPERT_WIDTH_KEY, check_shape, vocabulary_size
@@ -96,6 +93,7 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
     matrices = [t for block in tensors.blocks for t in block.values()] + list(tensors.outputs.values())
     if tied and token_embd is not None:
         matrices.append(token_embd)
+    dense_elements, expert_elements = tensors.matrix_elements()
     shape = ModelShape(
         path=header.path,
         files=header.files,
@@ -140,6 +138,9 @@ def shape_from_header(header: GgufHeader) -> ModelShape:
         pooling_type=pooling,
         block_bytes=tensors.block_bytes(),
         block_expert_bytes=tensors.expert_bytes(),
+        block_dense_elements=dense_elements,
+        block_expert_elements=expert_elements,
+        output_elements=output_matrix_elements(token_embd if tied else output_weight),
         token_embd_bytes=token_embd.n_bytes if token_embd is not None else 0,
         input_bytes=sum(t.n_bytes for t in tensors.inputs.values()),
         output_weight_bytes=output_weight.n_bytes if output_weight is not None else 0,

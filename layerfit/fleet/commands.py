@@ -7,9 +7,12 @@ from collections import Counter
 
 from layerfit.check import reference_reasons
 from layerfit.domain.config import PlannerConfig
-from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, ReplicaCommands, own_port
+from layerfit.domain.deployment import Deployment
+from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, PlacedReplica, ReplicaCommands, own_port
+from layerfit.domain.speed import SpeedPrediction
 from layerfit.planning.planner import deployment_commands
 from layerfit.planning.profiles import resolve_profile
+from layerfit.planning.speed import layout_speed
 from layerfit.planning.usage import use_of
 
 
@@ -29,6 +32,26 @@ def lost_placements(fleet: Fleet) -> tuple[LostPlacement, ...]:
 
 SERVER_PORT_BASE = 8080
 """llama-server's default port; further replicas on the same worker take the next ones."""
+
+
+def gpu_sharing(plan: FleetPlan) -> Counter[tuple[str, int]]:
+    """How many placed replicas use each GPU."""
+    return Counter((d.worker, d.gpu_index) for placed in plan.placements for d in placed.layout.devices)
+
+
+def speeds(
+    fleet: Fleet, deployments: dict[str, Deployment], plan: FleetPlan, placed: PlacedReplica
+) -> dict[str, SpeedPrediction | None]:
+    """A placement's predicted speed alone, and with every replica on its GPUs decoding at once."""
+    deployment = deployments[placed.deployment]
+    profile = resolve_profile(deployment)
+    alone = layout_speed(fleet.cluster, deployment, profile, placed.layout)
+    shared = gpu_sharing(plan)
+    sharing = {(d.worker, d.gpu_index): shared[(d.worker, d.gpu_index)] for d in placed.layout.devices}
+    busy = None
+    if any(count > 1 for count in sharing.values()):
+        busy = layout_speed(fleet.cluster, deployment, profile, placed.layout, sharing)
+    return {"speed": alone, "busy_speed": busy}
 
 
 def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = PlannerConfig()) -> FleetPlan:
@@ -67,7 +90,12 @@ def with_commands(fleet: Fleet, plan: FleetPlan, config: PlannerConfig = Planner
             fleet.cluster, placed.layout, deployment, resolve_profile(deployment), shifted, server_args=port
         )
         per_replica.append(ReplicaCommands(deployment=placed.deployment, replica=placed.replica, commands=lines))
-    placements = tuple(p.model_copy(update=use_of(fleet.cluster, p.layout, p.claims)) for p in plan.placements)
+    placements = tuple(
+        placed.model_copy(
+            update={**use_of(fleet.cluster, placed.layout, placed.claims), **speeds(fleet, deployments, plan, placed)}
+        )
+        for placed in plan.placements
+    )
     return plan.model_copy(
         update={"placements": placements, "commands": tuple(per_replica), "lost": lost_placements(fleet)}
     )

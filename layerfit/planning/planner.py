@@ -37,6 +37,7 @@ from layerfit.memory.experts import (
 )
 from layerfit.planning.device_cap import device_cap_reason
 from layerfit.planning.profiles import profile_at_ctx, resolve_profile, scaled_to_ctx
+from layerfit.planning.speed import layout_speed, with_speed
 from layerfit.planning.usage import use_of
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ def evaluate(
         layout=layout,
         claims=claims(profile, layout, unified_workers(cluster)),
         strategy=strategy_class(layout),
+        speed=layout_speed(cluster, deployment, profile, layout),
     )
     status = Status.INFEASIBLE if reasons else Status.FEASIBLE
     stats = EngineStats(engine="evaluate", wall_time_s=time.perf_counter() - started, status=status)
@@ -226,11 +228,12 @@ def _plan(
         attached = [with_experts(profile, candidate, fixed, unified) for candidate in (best, *alternatives)]
         best, alternatives = attached[0], tuple(attached[1:])
     _assert_valid(cluster, deployment, profile, config, (best, *alternatives))
+    best, *rest = with_speed(cluster, deployment, profile, (best, *alternatives))
     return Plan(
         deployment=deployment.name,
         status=status,
         best=best,
-        alternatives=tuple(alternatives),
+        alternatives=tuple(rest),
         reasons=tuple(reason for reason in quick.reasons if reason.severity is not Severity.ERROR),
         stats=stats,
         commands=deployment_commands(cluster, best.layout, deployment, profile, config),

@@ -30,7 +30,10 @@ def profile_at_ctx(deployment: Deployment, ctx_size: int) -> MemoryProfile:
         raise InputError(f"deployment[{deployment.name}]", "has neither gguf_path nor profile")
     base = deployment.params.effective_ctx_size
     kv = tuple(-(-size * ctx_size // base) for size in deployment.profile.block_kv_bytes)
-    return deployment.profile.model_copy(update={"block_kv_bytes": kv})
+    speed = deployment.profile.speed
+    if speed is not None:  # the speed facts' context scales with the cache
+        speed = speed.model_copy(update={"ctx": max(-(-speed.ctx * ctx_size // base), 1)})
+    return deployment.profile.model_copy(update={"block_kv_bytes": kv, "speed": speed})
 
 
 def scaled_to_ctx(profile: MemoryProfile, deployment: Deployment, ctx: int) -> MemoryProfile:
