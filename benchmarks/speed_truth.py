@@ -18,7 +18,10 @@ published GPU rows not fitted on). The GPU table is checked against ``gpu_specs.
     python benchmarks/speed_truth.py [--truth tests/gguf_fixtures/ground_truth/speed] [--fit]
 
 ``--fit`` fits the constants of ``layerfit.speed.calibration`` on the fit rows only
-(``speed_fit.py``), prints them, and reports the errors with them.
+(``speed_fit.py``), prints them, and reports the errors with them. Then (``speed_checks.py``) a
+baseline in the same run, a pure bandwidth roofline, raw and with one fitted efficiency per kind,
+and what one RPC hop costs: round trips per token per server, measured on the delay proxy's rows
+and predicted.
 """
 
 from __future__ import annotations
@@ -307,6 +310,13 @@ def main() -> None:
 
             fit_all(cases)
             report(cases, "the fitted constants (fit rows only)")
+        from speed_checks import print_baseline, print_hops, print_server_counts
+
+        with (args.truth / "cpu-speed.csv").open() as file:
+            rows = list(csv.DictReader(file))
+        print_baseline(cases)
+        print_hops(cases, rows)
+        print_server_counts(rows)
 
 
 if __name__ == "__main__":

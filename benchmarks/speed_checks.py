@@ -1,0 +1,117 @@
+"""Two checks ``speed_truth.py`` prints beside the speed model's errors: a baseline in the same run,
+and what one RPC hop costs, read off the delay proxy's sweep.
+
+- Baseline: a pure bandwidth roofline, the bytes a token reads (weights, the routed experts'
+  share, the output layer; no KV cache, no fixed costs) over one bandwidth: the host's measured
+  copy bandwidth for a CPU row (rpc-servers on the same host read at the same), the spec sheet's
+  for a GPU row. Once as it is, once scaled by the one efficiency per kind (CPU, GPU) that fits
+  the ``fit`` rows best (the median of measured over roofline time), as a roofline calibrated
+  like llmfit's would be. The speed model should beat both on the held-out rows.
+- RPC hop: each group of ``proxy`` rows that differ only in the delay gives a least-squares line
+  of decode ms per token against the round trip the proxy adds (twice its one-way delay, the
+  nominal one: the proxy's own ``proxy_held_ms`` is a median over chunks, which the model upload
+  dominates on short runs), measured and predicted. Its slope per proxied server is the round
+  trips one token costs each server; the model's slope is the same count as the model has it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from speed_truth import Case
+
+from layerfit.speed.gpu_table import match
+
+GB = 1e9
+
+
+def roofline_ms(case: Case) -> float:
+    """Bytes one token reads over the case's one bandwidth (module docstring), in ms."""
+    shape = case.profile.speed
+    assert shape is not None, f"{case.id}: the profile has no speed facts"
+    read = sum(shape.block_dense_bytes) + shape.routed_share * sum(shape.block_expert_bytes) + shape.output_bytes
+    if case.kind == "cpu":
+        bandwidth = case.cluster.worker(case.layout.main_worker).ram_bandwidth_gbps
+    else:
+        gpu = case.cluster.workers[0].gpus[0]
+        spec = match(gpu.name)
+        bandwidth = gpu.memory_bandwidth_gbps or (spec.memory_bandwidth_gbps if spec else None)
+    assert bandwidth, f"{case.id}: no bandwidth"
+    return read / (bandwidth * GB) * 1e3
+
+
+def _summary(errors: Iterable[tuple[float, Case]], kind: str, split: str) -> str:
+    values = [abs(value) for value, case in errors if case.kind == kind and case.split == split]
+    limit = 0.15 if kind == "cpu" else 0.25
+    within = sum(value <= limit for value in values)
+    return (
+        f"median |error| {statistics.median(values):.1%}, largest {max(values):.1%}, "
+        f"{within} of {len(values)} within {limit:.0%}"
+    )
+
+
+def print_baseline(cases: Sequence[Case]) -> None:
+    """The roofline's decode errors per kind and split, raw and with one fitted efficiency."""
+    roof = {case.id: roofline_ms(case) for case in cases}
+    scale = {
+        kind: statistics.median(
+            case.decode_ms / roof[case.id] for case in cases if case.kind == kind and case.split == "fit"
+        )
+        for kind in ("cpu", "gpu")
+    }
+    raw = [((roof[case.id] - case.decode_ms) / case.decode_ms, case) for case in cases]
+    scaled = [((roof[case.id] * scale[case.kind] - case.decode_ms) / case.decode_ms, case) for case in cases]
+    print("baseline, a pure bandwidth roofline (bytes read per token / one bandwidth), decode:")
+    for kind in ("cpu", "gpu"):
+        for split in ("fit", "held_out"):
+            print(f"  {kind} {split}: as it is: {_summary(raw, kind, split)}; "
+                  f"x {scale[kind]:.2f} (fitted): {_summary(scaled, kind, split)}")  # fmt: skip
+
+
+def _line(delays: Sequence[float], ms: Sequence[float]) -> float:
+    slope, _ = np.polyfit(np.asarray(delays), np.asarray(ms), 1)
+    return float(slope)
+
+
+def print_hops(cases: Sequence[Case], rows: Sequence[dict[str, str]]) -> None:
+    """Round trips per token per rpc-server, measured and predicted, per group of proxy rows."""
+    by_id = {case.id: case for case in cases}
+    groups: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for row in rows:
+        if row["sweep"] == "proxy":
+            groups[row["id"].rsplit("_delay", 1)[0]].append(row)
+    print("RPC hop (delay proxy): group, split, servers, ms/token at the added round trip (ms), round trips per "
+          "token per server measured / predicted; with experts on the host: round trips per such block")  # fmt: skip
+    for group, members in groups.items():
+        proxied = [row for row in members if row["proxy_delay_ms"]]
+        if not any(float(row["proxy_delay_ms"]) == 0 for row in proxied):
+            proxied += [row for row in members if not row["proxy_delay_ms"]]  # no proxy: no delay added
+        if len({row["proxy_delay_ms"] or "0" for row in proxied}) < 2:
+            continue
+        trips = [2 * float(row["proxy_delay_ms"] or 0) for row in proxied]
+        measured = [float(row["ms_per_token"]) for row in proxied]
+        predicted = [by_id[row["id"]].predict().decode_ms_per_token for row in proxied]
+        servers, host_experts = int(proxied[0]["rpc_devices"]), int(proxied[0]["n_cpu_moe"])
+        slopes = _line(trips, measured) / servers, _line(trips, predicted) / servers
+        shown = ", ".join(f"{t:g}:{m:.1f}" for t, m in sorted(zip(trips, measured, strict=True)))
+        line = f"  {group:52s} {proxied[0]['split']:8s} {servers} [{shown}] {slopes[0]:5.2f} / {slopes[1]:5.2f}"
+        if host_experts:
+            line += f"; per block {(slopes[0] - 1) / host_experts:4.2f} / {(slopes[1] - 1) / host_experts:4.2f}"
+        print(line)
+
+
+def print_server_counts(rows: Sequence[dict[str, str]]) -> None:
+    """What one more rpc-server costs without a proxy: full offload of one model on 1, 2, 3 servers."""
+    full: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        plain = not row["proxy_delay_ms"] and row["n_cpu_moe"] == "0" and not row["extra"]
+        if row["ngl"] == "99" and plain and row["server_cores"] == "0":
+            full[row["model"]][int(row["rpc_devices"])].append(float(row["ms_per_token"]))
+    print("one more rpc-server on loopback, no proxy (full offload; servers x ms per token, median of rows):")
+    for model, counts in sorted(full.items()):
+        if len(counts) > 1:
+            shown = ", ".join(f"{n} x {statistics.median(v):.1f}" for n, v in sorted(counts.items()))
+            print(f"  {model:26s} {shown}")
