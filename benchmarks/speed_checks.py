@@ -7,6 +7,9 @@ and what one RPC hop costs, read off the delay proxy's sweep.
   for a GPU row. Once as it is, once scaled by the one efficiency per kind (CPU, GPU) that fits
   the ``fit`` rows best (the median of measured over roofline time), as a roofline calibrated
   like llmfit's would be. The speed model should beat both on the held-out rows.
+- Variants: the scoreboard rows whose GPU name does not say which variant ran (H100 SXM or
+  PCIe, A100 SXM4 or PCIe, V100 SXM2 or PCIe) are left out of the model's errors; here each is
+  predicted as every variant the GPU table has, so the error is known whichever it was.
 - RPC hop: each group of ``proxy`` rows that differ only in the delay gives a least-squares line
   of decode ms per token against the round trip the proxy adds (twice its one-way delay, the
   nominal one: the proxy's own ``proxy_held_ms`` is a median over chunks, which the model upload
@@ -19,10 +22,15 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
-from speed_truth import Case
+from speed_truth import BACKEND_TYPES, LLAMA2_7B, LOOPBACK_RTT_MS, SCOREBOARD_FILL, Case, _model, _worker
 
+from layerfit.domain import Cluster, LlamaParams
+from layerfit.estimators import estimate_profile
+from layerfit.memory import layout_from_flags
+from layerfit.speed import SpeedSettings, predict
 from layerfit.speed.gpu_table import match
 
 GB = 1e9
@@ -69,6 +77,35 @@ def print_baseline(cases: Sequence[Case]) -> None:
         for split in ("fit", "held_out"):
             print(f"  {kind} {split}: as it is: {_summary(raw, kind, split)}; "
                   f"x {scale[kind]:.2f} (fitted): {_summary(scaled, kind, split)}")  # fmt: skip
+
+
+VARIANTS = {
+    "H100 80 GB": ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"),
+    "A100 80 GB": ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
+    "Tesla V100": ("Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB"),
+}
+"""Scoreboard names without their variant, and the table's rows they may be."""
+
+
+def print_variants(rows: Sequence[dict[str, str]], models: Path) -> None:
+    """Decode tokens/s of each scoreboard row without a variant, predicted as every variant."""
+    path = _model(models, LLAMA2_7B)
+    print("scoreboard rows that do not name their variant: tg128 published, predicted per variant (error)")
+    for row in rows:
+        if row["gpu_name"] or row["scoreboard_name"] not in VARIANTS:
+            continue
+        fa = "on" if row["flash_attn"] == "1" else "off"
+        profile = estimate_profile(path, LlamaParams.from_args(["-c", "512", "-fa", fa]))
+        layout = layout_from_flags("gpu", [("gpu", 0)], profile.n_blocks, profile.n_layers)
+        published = float(row["tg128_tok_s"])
+        shown = []
+        for name in VARIANTS[row["scoreboard_name"]]:
+            gpu = {"index": 0, "type": BACKEND_TYPES[row["backend"]], "name": name,
+                   "total_vram_bytes": "1 TiB", "allocatable_vram_bytes": "1 TiB"}  # fmt: skip
+            cluster = Cluster.model_validate({"workers": [_worker("gpu", 100.0, 8, LOOPBACK_RTT_MS, [gpu])]})
+            speed = predict(profile, layout, cluster, SpeedSettings(context_fill=SCOREBOARD_FILL, prompt_tokens=512))
+            shown.append(f"{name} {speed.decode_tokens_per_s:.0f} ({speed.decode_tokens_per_s / published - 1:+.0%})")
+        print(f"  {row['scoreboard_name']} fa{row['flash_attn']}: {published:.0f}; " + ", ".join(shown))
 
 
 def _line(delays: Sequence[float], ms: Sequence[float]) -> float:

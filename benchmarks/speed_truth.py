@@ -310,10 +310,12 @@ def main() -> None:
 
             fit_all(cases)
             report(cases, "the fitted constants (fit rows only)")
-        from speed_checks import print_baseline, print_hops, print_server_counts
+        from speed_checks import print_baseline, print_hops, print_server_counts, print_variants
 
         with (args.truth / "cpu-speed.csv").open() as file:
             rows = list(csv.DictReader(file))
+        with (args.truth / "published.csv").open() as file:
+            print_variants(list(csv.DictReader(file)), Path(scratch))
         print_baseline(cases)
         print_hops(cases, rows)
         print_server_counts(rows)
