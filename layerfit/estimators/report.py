@@ -1,7 +1,9 @@
 """``layerfit estimate MODEL.gguf``: the parameters it assumed, per-layer costs and totals.
 
-Totals come from ``layerfit.memory.claims`` on two reference layouts (everything on one GPU,
-everything on the CPU), so they are exactly what the planner would charge.
+Totals come from ``layerfit.memory.claims`` on reference layouts (everything on one GPU, the
+given ``-ngl`` on one GPU, everything on the CPU), with the experts the tensor overrides keep in host
+RAM (``-ncmoe``, ``-cmoe``, ``-ot``) named in them as the planner names them
+(``layerfit.memory.experts.attach``), so they are exactly what the planner would charge.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from layerfit.estimators.runtime import DEFAULT_RUNTIME, RuntimeCosts
 from layerfit.estimators.settings import Settings, resolve_settings
 from layerfit.estimators.speed_report import EstimateSpeed, estimate_speed, speed_table
 from layerfit.memory import claims, layout_from_flags, make_layout
+from layerfit.memory.experts import attach, engine_blocks, profile_with_host_experts
 
 _GPU = "gpu"
 _HOST = "host"
@@ -108,7 +111,8 @@ class Estimate(Frozen):
     parameters: AssumedParameters
     profile: MemoryProfile
     full_offload: Claims
-    """Every layer on one GPU (``gpu:0`` of a worker named ``gpu``): its VRAM and the host RAM."""
+    """Every layer on one GPU (``gpu:0`` of a worker named ``gpu``): its VRAM and the host RAM (the
+    experts the tensor overrides keep on the host, in host RAM)."""
     cpu_only: Claims
     """Nothing offloaded and no GPU in use: a CPU build, or ``-ngl 0 --device none`` (what layerfit's
     own commands pass for a layout without GPU layers)."""
@@ -117,7 +121,8 @@ class Estimate(Frozen):
     large operations on its first GPU (``gpu:0``), which holds a copy of the output layer, their
     compute buffer and the per-process runtime. ``None`` when the runtime costs are a CPU build's."""
     requested: Claims | None = None
-    """The given ``-ngl N`` (N > 0) on one GPU, split as llama.cpp splits it; ``None`` without one."""
+    """The given ``-ngl N`` (N > 0) on one GPU, split as llama.cpp splits it, the tensor overrides'
+    experts in host RAM; ``None`` without one."""
     speed: EstimateSpeed | None = None
     """``--gpu NAME``: the predicted speed of the reference layouts on one GPU of that name."""
 
@@ -137,18 +142,25 @@ def estimate_report(
     n = profile.n_blocks
     ngl = params.n_gpu_layers
     op_offload = claims(profile, Layout(main_worker=_GPU, n_blocks=n), op_offload_gpu=(_GPU, 0))
+    full = make_layout(_GPU, n, [DeviceAssignment(worker=_GPU, gpu_index=0, blocks=n)])
     return Estimate(
         path=shape.path,
         name=shape.name,
         architecture=shape.architecture,
         parameters=assumed_parameters(shape, params, settings),
         profile=profile,
-        full_offload=claims(profile, make_layout(_GPU, n, [DeviceAssignment(worker=_GPU, gpu_index=0, blocks=n)])),
+        full_offload=_with_overrides(profile, full),
         cpu_only=claims(profile, Layout(main_worker=_HOST, n_blocks=n)),
         op_offload=op_offload if op_offload.devices else None,
-        requested=claims(profile, layout_from_flags(_GPU, [(_GPU, 0)], n, ngl)) if ngl else None,
+        requested=_with_overrides(profile, layout_from_flags(_GPU, [(_GPU, 0)], n, ngl)) if ngl else None,
         speed=estimate_speed(profile, params, gpu_name) if gpu_name is not None else None,
     )
+
+
+def _with_overrides(profile: MemoryProfile, layout: Layout) -> Claims:
+    """The claims of ``layout`` with the experts the user's tensor overrides keep in host RAM, as
+    the planner prices a layout of that deployment."""
+    return attach(profile, layout, engine_blocks(profile))[1]
 
 
 def _flag(assumed: AssumedParameters, flag: str, name: str) -> str:
@@ -205,22 +217,30 @@ def estimate_table(shape: ModelShape, report: Estimate) -> str:
     lines.append(_row("embedding", format_bytes(profile.token_embedding_bytes), "-", "host RAM"))
     if profile.host_kv_bytes:
         lines.append(_row("KV (-nkvo)", "-", format_bytes(profile.host_kv_bytes), "host RAM"))
-    per_layer = [w + kv for w, kv in zip(profile.block_weight_bytes, profile.block_kv_bytes, strict=True)]
-    lines += ["", *_gpu_lines("full offload, one GPU:", full)]
+    on_gpu = profile_with_host_experts(profile, engine_blocks(profile))
+    per_layer = [w + kv for w, kv in zip(on_gpu.block_weight_bytes, on_gpu.block_kv_bytes, strict=True)]
+    experts = _experts_note(profile)
+    lines += ["", *_gpu_lines(f"full offload, one GPU{experts}:", full)]
     lines.append(f"CPU only: RAM {format_bytes(cpu.workers[0].ram_bytes)} (a CPU build, or -ngl 0 --device none)")
     if report.op_offload is not None:
         lines += _op_offload_lines(report.op_offload, given=report.parameters.n_gpu_layers == 0)
     if report.requested is not None:
-        lines += _gpu_lines(f"-ngl {report.parameters.n_gpu_layers} on one GPU:", report.requested)
+        lines += _gpu_lines(f"-ngl {report.parameters.n_gpu_layers} on one GPU{experts}:", report.requested)
     lines.append(
         f"per layer on a GPU: {format_bytes(min(per_layer))} to {format_bytes(max(per_layer))}"
-        f" (mean {format_bytes(sum(per_layer) // n)})"
+        f" (mean {format_bytes(sum(per_layer) // n)}){experts}"
     )
     if report.speed is not None:
         lines += ["", *speed_table(report.speed, report.parameters.n_gpu_layers)]
     if profile.warnings:
         lines += ["", "warnings:", *(f"  - {warning}" for warning in profile.warnings)]
     return "\n".join(lines)
+
+
+def _experts_note(profile: MemoryProfile) -> str:
+    """``, experts of 24 blocks in host RAM (-ot/-cmoe/-ncmoe)`` when the tensor overrides keep some there."""
+    blocks = engine_blocks(profile)
+    return f", experts of {len(blocks)} blocks in host RAM (-ot/-cmoe/-ncmoe)" if blocks else ""
 
 
 def _gpu_lines(title: str, claimed: Claims) -> list[str]:
