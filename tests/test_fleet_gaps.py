@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_fleet_deadline import CONFIG, PLANNER, fleet
 
+from layerfit.cli import EXIT_PLACED, main
 from layerfit.cli.render import render_fleet
 from layerfit.domain import Status
 from layerfit.fleet import plan_fleet
-from layerfit.fleet.gaps import gap, gpus_bound, tier_bound
+from layerfit.fleet.gaps import gap, gpus_bound, tier_bound, with_proven_status
 from layerfit.fleet.master import Master
 from layerfit.fleet.plan import candidate_bounds
 from layerfit.fleet.tiers import TierOutcome
+
+EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
 
 
 @given(st.integers(0, 2000), st.integers(0, 300), st.data())
@@ -72,3 +79,32 @@ def test_a_tier_line_names_its_unit_once() -> None:
     assert one_gpu.text.startswith("GPUs and workers used: 1 GPU,")
     open_layers = tier_bound("layers on GPUs", "layers", 40, 48.0, maximised=True, proven=False)
     assert open_layers.text == ("layers on GPUs: 40, not proven: best possible at most 48 over candidates (gap 16.7%)")
+
+
+def test_a_plan_is_optimal_only_when_every_tier_is_proven(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/fleet.yaml: the master proves every tier over its candidates, but the GPUs tier's
+    bound over all layouts is 2 against the plan's 3 GPUs; the plan is feasible, not optimal, and
+    its first line says which tiers are proven."""
+    assert main(["replan", str(EXAMPLES / "fleet.yaml"), "--json"]) == EXIT_PLACED
+    data = json.loads(capsys.readouterr().out)
+    unproven = [bound["tier"] for bound in data["bounds"] if not bound["proven"]]
+    assert unproven == ["GPUs and workers used"]
+    assert data["stats"][0]["status"] == "optimal"  # over the candidates
+    assert data["status"] == "feasible" and data["gap_tier"] == "GPUs and workers used"
+    assert main(["replan", str(EXAMPLES / "fleet.yaml")]) == EXIT_PLACED
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (
+        "fleet: feasible (proven: priority weight placed, layers on GPUs, replicas moved; "
+        "not proven: GPUs and workers used (gap 33.3%))"
+    )
+
+
+def test_every_tier_proven_is_optimal_and_says_over_what() -> None:
+    plan = plan_fleet(fleet(), CONFIG, PLANNER)
+    assert all(bound.proven for bound in plan.bounds) and plan.status is Status.OPTIMAL
+    assert render_fleet(plan, fleet().cluster).splitlines()[0] == (
+        "fleet: optimal (every tier proven best over all layouts)"
+    )
+    open_gpus = plan.bounds[3].model_copy(update={"proven": False, "gap": 0.25})
+    demoted = with_proven_status(plan.model_copy(update={"bounds": (*plan.bounds[:3], open_gpus)}))
+    assert demoted.status is Status.FEASIBLE and demoted.gap_tier == "GPUs and workers used" and demoted.gap == 0.25

@@ -204,8 +204,8 @@ def _replica_line(cluster: Cluster, placed: PlacedReplica) -> str:
 def render_fleet(plan: FleetPlan, cluster: Cluster) -> str:
     """A fleet plan as text: replicas kept, moved, started and stopped (each in its own list), the
     steps in order, what to stop by hand, and the command lines of every placed replica."""
-    unproven = f" ({plan.gap_tier} not proven" + (f", gap {plan.gap:.2%})" if plan.gap is not None else ")")
-    lines = [f"fleet: {plan.status.value}" + (unproven if plan.gap_tier else "")]
+    proven = plan.proven_text
+    lines = [f"fleet: {plan.status.value}" + (f" ({proven})" if proven else "")]
     by_change = {change: [p for p in plan.placements if p.change is change] for change in ReplicaChange}
     placed_changes = (ReplicaChange.KEPT, ReplicaChange.MOVED, ReplicaChange.STARTED)
     counts = ", ".join(f"{len(by_change[change])} {change.value}" for change in placed_changes)

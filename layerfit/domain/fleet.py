@@ -296,6 +296,8 @@ class FleetPlan(Frozen):
     schema_version: Literal[1] = SCHEMA_VERSION
     """Version of this JSON shape (``layerfit schema fleet``)."""
     status: Status
+    """``optimal`` only when every tier in ``bounds`` is proven (each over what its bound says: all
+    layouts or the candidates); ``feasible`` when one is not (``gap_tier``)."""
     placements: tuple[PlacedReplica, ...] = ()
     unplaced: tuple[UnplacedReplica, ...] = ()
     refused: tuple[str, ...] = ()
@@ -321,6 +323,27 @@ class FleetPlan(Frozen):
     """Relative distance between the solution and the bound of the first tier not proven optimal."""
     gap_tier: str | None = None
     """That tier (earlier tiers are proven); ``None`` when every tier is proven."""
+
+    @property
+    def proven_text(self) -> str:
+        """Which tiers are proven, in words: ``every tier proven best over all layouts``, or
+        ``proven: A, B; not proven: C (gap 33.3%)``; empty without bounds."""
+        if not self.bounds:
+            return ""
+        proven = [bound for bound in self.bounds if bound.proven]
+        if len(proven) == len(self.bounds):
+            over = sorted({bound.over for bound in proven})
+            return f"every tier proven best over {' or '.join(over)}"
+        parts = []
+        if proven:
+            parts.append("proven: " + ", ".join(bound.tier for bound in proven))
+        unproven = [
+            bound.tier + (f" (gap {bound.gap:.1%})" if bound.gap is not None else "")
+            for bound in self.bounds
+            if not bound.proven
+        ]
+        parts.append("not proven: " + ", ".join(unproven))
+        return "; ".join(parts)
     bounds: tuple[TierBound, ...] = ()
     """Bound and gap per tier where one is known: over all layouts with column generation (every
     tier where a pricing round could be run), else over the candidates."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from layerfit.domain.fleet import TierBound
+from layerfit.domain.fleet import FleetPlan, TierBound
+from layerfit.domain.plan import Status
 
 TOLERANCE = 1e-6
 UNITS = {
@@ -57,3 +58,15 @@ def tier_bound(
     return TierBound(
         tier=tier, unit=unit, value=value, bound=float(bound), gap=tier_gap, proven=tier_gap == 0.0, over=over
     )
+
+
+def with_proven_status(plan: FleetPlan) -> FleetPlan:
+    """The plan called optimal exactly when every tier is proven by its bound (each over what its
+    bound says: all layouts or the candidates), else feasible; ``gap_tier`` and ``gap``: the first
+    tier its bound does not prove. A plan without bounds, or not placed, keeps what it has."""
+    if not plan.bounds or plan.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return plan
+    first = next((bound for bound in plan.bounds if not bound.proven), None)
+    status = Status.OPTIMAL if first is None else Status.FEASIBLE
+    tier, tier_gap = (None, None) if first is None else (first.tier, first.gap)
+    return plan.model_copy(update={"status": status, "gap_tier": tier, "gap": tier_gap})

@@ -21,6 +21,7 @@ from layerfit.errors import expect
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.colgen import LAYERS, PLACED, Bound, ColumnGeneration, Goal, reached, tier_bound, trivial_bounds
 from layerfit.fleet.commands import with_commands
+from layerfit.fleet.gaps import with_proven_status
 from layerfit.fleet.generate import cut_candidates, fleet_candidates, with_sequential_seed
 from layerfit.fleet.joint import DECODE_SHARE, candidate_bounds, choose, current_counts, pin_reasons
 from layerfit.fleet.later_bounds import later_bounds
@@ -138,6 +139,7 @@ def _plan_fleet(
         result = _with_column_generation(fleet, profiles, candidates, config, planner_config, seed, master)
     else:
         result = choose(fleet, profiles, candidates, config, planner_config, seed, budget=master)
+    result = with_proven_status(result)
     stats = result.stats[0].model_copy(
         update={
             "details": {
