@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from layerfit.cli import main
 from layerfit.domain.base import GiB
@@ -77,3 +78,18 @@ def test_a_flag_the_build_cannot_take_is_refused_before_the_search(
     err = capsys.readouterr().err
     assert err.startswith("layerfit: error: deployment[llama-70b] flash_attn auto: llama.cpp b4908 has no -fa auto")
     assert "give -fa on or -fa off" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("ngl", "asked"), [("0", "no offload"), ("30", "partial offload (30 of 81 layers)")])
+def test_gpu_layers_reasons_say_what_was_asked_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, ngl: str, asked: str
+) -> None:
+    """The strategies ``-ngl`` rules out say what it asks for, the same words for each: ``-ngl 0``
+    printed both 'asks for partial or no offload' and 'asks for full or no offload'."""
+    deployment = yaml.safe_load((EXAMPLES / "deployment.yaml").read_text(encoding="utf-8"))
+    deployment["backend_parameters"] = [*deployment.get("backend_parameters", []), f"-ngl {ngl}"]
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(deployment), encoding="utf-8")
+    main(["plan", "--cluster", CLUSTER, "--deployment", str(path)])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "--gpu-layers" in line and "asks" in line]
+    assert [line.split("asks for ", 1)[1] for line in lines] == [asked]

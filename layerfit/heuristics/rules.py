@@ -210,20 +210,32 @@ def not_image(ctx: Context, action: Action) -> Skip | None:
     return _skip(action, ReasonKind.IMAGE_MODEL_SPLIT, "kind", "image models run fully offloaded on a single GPU only")
 
 
-def _gpu_layers_rule(allowed: Callable[[int, int], bool], what: str) -> SkipRule:
+def offload_asked(layers: int, total: int) -> str:
+    """What ``-ngl`` asks for, in words: ``no offload``, ``partial offload (30 of 49 layers)`` or
+    ``full offload``."""
+    if layers == 0:
+        return "no offload"
+    return "full offload" if layers >= total else f"partial offload ({layers} of {total} layers)"
+
+
+def _gpu_layers_rule(allowed: Callable[[int, int], bool]) -> SkipRule:
+    """A strategy ruled out by what ``-ngl`` asks for; the reason says what it asks for, so that
+    the strategies it rules out give one reason."""
+
     def rule(ctx: Context, action: Action) -> Skip | None:
         layers = ctx.gpu_layers
         if layers is None or allowed(layers, ctx.n_layers):
             return None
-        return _skip(action, ReasonKind.STRATEGY_SKIPPED, "n_gpu_layers", f"--gpu-layers {layers} {what}")
+        asked = offload_asked(layers, ctx.n_layers)
+        return _skip(action, ReasonKind.STRATEGY_SKIPPED, "n_gpu_layers", f"--gpu-layers {layers} asks for {asked}")
 
     return rule
 
 
-gpu_layers_full = _gpu_layers_rule(lambda layers, total: layers == total, "asks for partial or no offload")
-gpu_layers_some = _gpu_layers_rule(lambda layers, total: layers > 0, "keeps every layer on the CPU")
-gpu_layers_partial = _gpu_layers_rule(lambda layers, total: 0 < layers < total, "asks for full or no offload")
-gpu_layers_none = _gpu_layers_rule(lambda layers, total: layers == 0, "asks for layers on GPUs")
+gpu_layers_full = _gpu_layers_rule(lambda layers, total: layers == total)
+gpu_layers_some = _gpu_layers_rule(lambda layers, total: layers > 0)
+gpu_layers_partial = _gpu_layers_rule(lambda layers, total: 0 < layers < total)
+gpu_layers_none = _gpu_layers_rule(lambda layers, total: layers == 0)
 
 
 def no_tensor_split(ctx: Context, action: Action) -> Skip | None:
