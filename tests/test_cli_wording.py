@@ -93,3 +93,47 @@ def test_gpu_layers_reasons_say_what_was_asked_once(
     main(["plan", "--cluster", CLUSTER, "--deployment", str(path)])
     lines = [line for line in capsys.readouterr().out.splitlines() if "--gpu-layers" in line and "asks" in line]
     assert [line.split("asks for ", 1)[1] for line in lines] == [asked]
+
+
+def test_a_malformed_gpu_id_is_named_once_with_its_position(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Not ``gpu_selection: gpu_selection: malformed GPU id``."""
+    path = tmp_path / "d.yaml"
+    path.write_text("name: x\ngguf_path: m.gguf\ngpu_selection: [gpu-a:cuda:0, nonsense]\n", encoding="utf-8")
+    assert main(["plan", "--cluster", CLUSTER, "--deployment", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert f"{path}: gpu_selection[1]: malformed GPU id 'nonsense'" in error
+    assert error.count("gpu_selection") == 1
+    assert main(["plan", "--cluster", CLUSTER, "--model", "m.gguf", "--gpus", "nonsense"]) == 2
+    error = capsys.readouterr().err
+    assert "gpu_selection[0]: malformed GPU id 'nonsense'" in error and error.count("gpu_selection") == 1
+
+
+def test_each_estimate_flag_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """``-no-kvu`` had ``-kvu``'s text and ``-kvo`` had ``-nkvo``'s: a text per flag, the flag table's
+    modelled flags all listed (``-ts`` places layers over GPUs, which one GPU has no use for)."""
+    from layerfit.llamacpp.flag_table import MODELLED, ROWS
+
+    assert main(["estimate", "--help"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("llama.cpp options that change the estimate", 1)[1].split("\n\n", 1)[0]
+    texts = {}
+    for line in section.splitlines()[1:]:
+        names, text = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+        texts[names.split(",")[0]] = text
+    modelled = {names.split()[0] for names, _, effect, _ in ROWS if effect is MODELLED}
+    assert set(texts) == modelled - {"-ts"}
+    assert len(set(texts.values())) == len(texts)
+    assert "per sequence" in texts["-no-kvu"] and "host RAM" in texts["-nkvo"] and "host RAM" not in texts["-kvo"]
+
+
+def test_a_small_size_is_not_shown_as_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A 20 KiB output layer read '0.0 MiB' beside the '0' of an empty cell in the same table."""
+    deployment = yaml.safe_load((EXAMPLES / "deployment.yaml").read_text(encoding="utf-8"))
+    deployment["profile"]["output_weight_bytes"] = "20 KiB"
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(deployment), encoding="utf-8")
+    main(["plan", "--cluster", CLUSTER, "--deployment", str(path)])
+    out = capsys.readouterr().out
+    assert not re.search(r"(?<![\d.])0\.0 MiB", out) and "20.0 KiB" in out

@@ -101,3 +101,32 @@ def test_axis_ticks_are_round_and_reach_the_widest() -> None:
         step = ticks[1] - ticks[0]
         assert ticks[0] == 0 and ticks[-2] < widest <= ticks[-1] + 1e-9 and len(ticks) <= 7
         assert all(abs(later - earlier - step) < 1e-9 for earlier, later in pairwise(ticks))
+
+
+def test_the_legend_shows_the_colours_drawn_and_the_experts(tmp_path: Path) -> None:
+    """Every legend swatch is the colour of segments drawn (the grey part swatches matched no bar),
+    and experts kept in host RAM are their own part with their own entry."""
+    from layerfit.io.plot import legend_entries
+    from layerfit.testing.synthetic import REAL_MODELS, write_gguf
+
+    model = tmp_path / "qwen3-30b-a3b.gguf"
+    write_gguf(model, REAL_MODELS["qwen3-30b-a3b"])
+    page = tmp_path / "moe.html"
+    moe = ["plan", "--cluster", str(EXAMPLES / "moe-cluster.yaml"), "--model", str(model), "-c", "8192"]
+    assert main([*moe, "--plot", str(page)]) == EXIT_PLACED
+    text = page.read_text(encoding="utf-8")
+    legend = re.findall(r"<li><span style='[^']*background:rgb\(([\d,]+)\)'></span> ([^<]+)</li>", text)
+    labels = [label for _, label in legend]
+    assert "experts" in labels and labels[0] == "weights" and "free" in labels
+    assert re.search(r"<title>desk RAM: qwen3-30b-a3b experts \d", text)
+    cluster = load_file(Cluster, EXAMPLES / "moe-cluster.yaml")
+    deployment = load_file(Deployment, EXAMPLES / "deployment.yaml")
+    needed = claims(resolve_profile(deployment), Layout(main_worker="desk", n_blocks=80))
+    two = bars(cluster, [("a", needed), ("b", needed)])
+    colours = {"a": (0.1, 0.4, 0.7, 1.0), "b": (0.8, 0.2, 0.1, 1.0)}
+    entries = legend_entries(colours, two)
+    drawn = {(segment.owner, segment.part) for bar in two for segment in bar.segments}
+    parts = ("weights", "experts", "output", "KV", "compute", "runtime")
+    assert [label for label, _ in entries] == [f"{o}: {part}" for o in "ab" for part in parts if (o, part) in drawn]
+    assert {"a: weights", "b: compute"} <= {label for label, _ in entries}
+    assert len({colour for _, colour in entries}) == len(entries)  # each part of each deployment its own shade

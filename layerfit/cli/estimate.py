@@ -6,22 +6,28 @@ import argparse
 
 from layerfit.cli.common import EXAMPLES, EXIT_PLACED, HELP_FORMAT, SUBCOMMANDS
 
-_ESTIMATE_FIELDS = {
-    "ctx_size": "context tokens (default 8192, GPUStack's; 0 = the training context, as in llama.cpp)",
-    "parallel": "sequences (default: llama-server's 4 slots sharing one KV cache)",
-    "kv_unified": "one KV cache shared by the sequences (default: only without -np)",
-    "cache_type_k": "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)",
-    "cache_type_v": "V cache type, same types (default f16; quantized needs flash attention)",
-    "swa_full": "sliding-window layers cache the whole context",
-    "kv_offload": "-nkvo: the KV cache and the attention over it stay in host RAM",
-    "flash_attn": "flash attention on|off|auto (default auto, estimated as on)",
-    "batch_size": "logical batch (default 2048)",
-    "ubatch_size": "micro-batch: sizes the compute buffers (default 512)",
-    "load_mode": "how the model file is loaded (default: memory-mapped)",
-    "mmproj": "multimodal projector: weights and compute on the main GPU",
-    "expert_flags": "MoE experts kept in host RAM (in the order given)",
+_ESTIMATE_FLAGS = {
+    "-c": "context tokens (default 8192, GPUStack's; 0 = the training context, as in llama.cpp)",
+    "-np": "sequences (default: llama-server's 4 slots sharing one KV cache)",
+    "-kvu": "one KV cache shared by the sequences (the default without -np)",
+    "-no-kvu": "one KV cache per sequence (the default with -np)",
+    "-ctk": "K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)",
+    "-ctv": "V cache type, same types (default f16; quantized needs flash attention)",
+    "--swa-full": "sliding-window layers cache the whole context",
+    "-kvo": "the KV cache, and the attention over it, on the GPUs with their layers (the default)",
+    "-nkvo": "the KV cache, and the attention over it, stay in host RAM",
+    "-fa": "flash attention on|off|auto (default auto, estimated as on)",
+    "-b": "logical batch (default 2048)",
+    "-ub": "micro-batch: sizes the compute buffers (default 512)",
+    "-lm": "how the model file is loaded (default: memory-mapped)",
+    "-mm": "multimodal projector: weights and compute on the main GPU",
+    "-ot": "tensors matching REGEX=CPU stay in host RAM (MoE experts)",
+    "-cmoe": "the experts of every MoE block stay in host RAM",
+    "-ncmoe": "the experts of the first N MoE blocks stay in host RAM",
+    "-ngl": "layers on the GPU: the '-ngl N on one GPU' lines (placement: plan decides it)",
 }
-"""The ``LlamaParams`` fields an estimate depends on, with what they do (placement flags excluded)."""
+"""The llama.cpp flags an estimate depends on, by their first name in the flag table, with what
+each does (placement flags excluded, but ``-ngl``: its line of the totals)."""
 
 
 def llama_flags_help() -> str:
@@ -30,10 +36,13 @@ def llama_flags_help() -> str:
     from layerfit.llamacpp.flags import all_flags
 
     lines = [f"llama.cpp options that change the estimate ({LLAMA_CPP_VERSION}; others pass through or are refused):"]
-    for flag in all_flags():
-        if flag.field in _ESTIMATE_FIELDS:
-            value = " VALUE" if flag.arity else ""
-            lines.append(f"  {', '.join(flag.names) + value:<32} {_ESTIMATE_FIELDS[flag.field]}")
+    shown = [
+        (", ".join(flag.names) + (" VALUE" if flag.arity else ""), _ESTIMATE_FLAGS[flag.names[0]])
+        for flag in all_flags()
+        if flag.names[0] in _ESTIMATE_FLAGS
+    ]
+    width = max(len(names) for names, _ in shown) + 2
+    lines += [f"  {names:<{width}}{what}" for names, what in shown]
     return "\n".join(lines) + "\n"
 
 

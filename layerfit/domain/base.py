@@ -165,10 +165,16 @@ def strictly_ascending(values: tuple[int, ...]) -> bool:
 
 
 def format_bytes(n_bytes: int) -> str:
-    """A human size: ``1.50 GiB``, ``512.0 MiB``."""
+    """A human size: ``1.50 GiB``, ``512.0 MiB``; a size that would read ``0.0 MiB`` but is not zero
+    in KiB or bytes (``20.0 KiB``, ``512 B``), so that only nothing reads as nothing."""
     if abs(n_bytes) >= GiB:
         return f"{n_bytes / GiB:.2f} GiB"
-    return f"{n_bytes / MiB:.1f} MiB"
+    mebibytes = f"{n_bytes / MiB:.1f}"
+    if n_bytes == 0 or mebibytes not in ("0.0", "-0.0"):
+        return f"{mebibytes} MiB"
+    if abs(n_bytes) >= 1024:
+        return f"{n_bytes / 1024:.1f} KiB"
+    return f"{n_bytes} B"
 
 
 def counted(n: int, noun: str) -> str:

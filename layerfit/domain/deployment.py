@@ -62,9 +62,15 @@ class Deployment(Frozen):
     @field_validator("gpu_selection", mode="before")
     @classmethod
     def _parse_refs(cls, value: Any) -> Any:
-        if isinstance(value, list | tuple):
-            return tuple(GpuRef.parse(item) if isinstance(item, str) else item for item in value)
-        return value
+        if not isinstance(value, list | tuple):
+            return value
+        refs = []
+        for position, item in enumerate(value):
+            try:
+                refs.append(GpuRef.parse(item) if isinstance(item, str) else item)
+            except InputError as exc:
+                raise InputError(f"gpu_selection[{position}]", exc.problem) from None
+        return tuple(refs)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

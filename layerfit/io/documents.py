@@ -307,6 +307,8 @@ def validation_summary(exc: ValidationError) -> str:
         inner = context.get("error")
         if isinstance(inner, InputError):
             message = str(inner)
+            if inner.field.startswith(where):  # it names the field itself (``gpu_selection[0]: ...``)
+                where = ""
         lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
 

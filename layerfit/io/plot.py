@@ -2,7 +2,8 @@
 
 One bar per GPU and one RAM bar per worker; a unified-memory worker is one bar, its single pool
 (RAM and its GPUs' VRAM claims against its allocatable memory). A bar's segments are, per
-deployment, the terms of its claims (weights, output layer, KV cache, compute, runtime). A black
+deployment, the terms of its claims (weights, experts kept in host RAM, output layer, KV cache,
+compute, runtime), each a shade of the deployment's colour; the legend shows every shade drawn. A black
 tick marks what is allocatable; what stays free is drawn light grey, and a need beyond the tick
 is hatched red and labelled with the shortfall. PNG, SVG or HTML; the HTML page is self-contained
 (inline SVG), with a legend, a table of the figures, and hover details on every segment.
@@ -30,8 +31,8 @@ Assignment = tuple[str, Claims]
 Panel = tuple[str, Sequence[Assignment]]
 """A title and the assignments drawn under it."""
 
-PARTS = ("weights", "output", "KV", "compute", "runtime")
-_SHADES = (1.0, 0.8, 0.6, 0.45, 0.3)
+PARTS = ("weights", "experts", "output", "KV", "compute", "runtime")
+_SHADES = (1.0, 0.78, 0.62, 0.48, 0.36, 0.25)
 _FORMATS = (".png", ".svg", ".html")
 _GAP_COLOUR = "#d62728"
 
@@ -65,6 +66,7 @@ class Bar:
 def _device_parts(device: DeviceClaim) -> tuple[int, ...]:
     return (
         device.weight_bytes,
+        0,
         device.output_bytes,
         device.kv_bytes,
         device.compute_bytes,
@@ -74,7 +76,8 @@ def _device_parts(device: DeviceClaim) -> tuple[int, ...]:
 
 def _worker_parts(claim: WorkerClaim) -> tuple[int, ...]:
     return (
-        claim.weight_bytes + claim.expert_bytes + claim.embedding_bytes,
+        claim.weight_bytes + claim.embedding_bytes,
+        claim.expert_bytes,
         claim.output_bytes,
         claim.kv_bytes,
         claim.compute_bytes,
@@ -115,6 +118,20 @@ def bars(cluster: Cluster, assignments: Sequence[Assignment]) -> list[Bar]:
 def _colour(base: tuple[float, ...], part: str) -> tuple[float, float, float]:
     shade = _SHADES[PARTS.index(part)]
     return (1 - (1 - base[0]) * shade, 1 - (1 - base[1]) * shade, 1 - (1 - base[2]) * shade)
+
+
+def legend_entries(colours: dict[str, Any], rows: Sequence[Bar]) -> list[tuple[str, tuple[float, float, float]]]:
+    """The legend: one entry per deployment and part drawn in ``rows``, with the very colour of its
+    segments (``llama-70b: weights``; the part alone when only one deployment is drawn), in
+    deployment and part order."""
+    drawn = {(segment.owner, segment.part) for bar in rows for segment in bar.segments}
+    single = len(colours) == 1
+    return [
+        (part if single else f"{owner}: {part}", _colour(base, part))
+        for owner, base in colours.items()
+        for part in PARTS
+        if (owner, part) in drawn
+    ]
 
 
 def _gap_text(bar: Bar) -> str:
@@ -219,9 +236,8 @@ def _html_page(
         rgb = ",".join(str(round(255 * c)) for c in colour[:3])
         return f"<span style='display:inline-block;width:1em;height:1em;background:rgb({rgb})'></span>"
 
-    legend = [f"<li>{swatch(_colour(base, 'weights'))} {html.escape(name)}</li>" for name, base in colours.items()]
-    grey = (0.35, 0.35, 0.35)
-    legend += [f"<li>{swatch(_colour(grey, part))} {part}</li>" for part in PARTS]
+    drawn = [bar for rows in all_rows for bar in rows]
+    legend = [f"<li>{swatch(colour)} {html.escape(label)}</li>" for label, colour in legend_entries(colours, drawn)]
     legend.append(f"<li>{swatch((0.93, 0.93, 0.93))} free</li>")
     legend.append(f"<li><span style='color:{_GAP_COLOUR}'>////</span> short: needed beyond what is allocatable</li>")
     tables = []
@@ -261,9 +277,8 @@ def render(cluster: Cluster, panels: Sequence[Panel], path: str | Path) -> Path:
     tips: dict[str, str] = {}
     for ax, (title, _), rows in zip(axes[0], panels, all_rows, strict=True):
         _draw(ax, rows, colours, title, tips)
-    handles = [Patch(color=colours[name], label=name) for name in names]
-    grey = (0.35, 0.35, 0.35)
-    handles += [Patch(facecolor=_colour(grey, part), label=part) for part in PARTS]
+    drawn = [bar for rows in all_rows for bar in rows]
+    handles = [Patch(facecolor=colour, label=label) for label, colour in legend_entries(colours, drawn)]
     handles.append(Patch(facecolor="#eeeeee", edgecolor="#cccccc", label="free"))
     handles.append(Patch(facecolor="none", edgecolor=_GAP_COLOUR, hatch="////", label="short"))
     columns = min(len(handles), 9)
