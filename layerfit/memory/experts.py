@@ -15,12 +15,15 @@ equality of the two pricings.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
-from layerfit.domain.config import PlannerConfig
-from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.profile import ComputeBuffer, MemoryProfile, RoleCosts
 from layerfit.memory import claims, host_expert_bytes
+
+if TYPE_CHECKING:  # annotations only: ``layerfit estimate`` loads this module, and no deployment types
+    from layerfit.domain.config import PlannerConfig
+    from layerfit.domain.deployment import Deployment
 
 
 def first_expert_blocks(profile: MemoryProfile, count: int) -> tuple[int, ...]:
