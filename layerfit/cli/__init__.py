@@ -52,6 +52,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _Version(argparse.Action):
+    """``--version``: layerfit's version and the llama.cpp build whose options it models."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print layerfit's version and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from layerfit import __version__
+        from layerfit.llamacpp.flag_table import LLAMA_CPP_VERSION
+
+        print(f"layerfit {__version__} (llama.cpp options of {LLAMA_CPP_VERSION})")
+        parser.exit(EXIT_PLACED)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser with every subcommand, or with only ``command``'s options and the other
     subcommands by name and help line: all that a run of ``command`` ever shows of them."""
@@ -62,6 +76,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         formatter_class=HELP_FORMAT,
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action=_Version)
     commands = cast(
         "argparse._SubParsersAction[argparse.ArgumentParser]", parser.add_subparsers(dest="command", required=True)
     )

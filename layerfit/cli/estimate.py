@@ -49,16 +49,30 @@ def llama_flags_help() -> str:
 def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit import estimators
     from layerfit.domain.choices import ModelKind
-    from layerfit.domain.params import LlamaParams
+    from layerfit.domain.params import LlamaParams, positional_words
     from layerfit.estimators.report import estimate_report, estimate_table
     from layerfit.llamacpp.flags import kind_of_switches
 
-    params = LlamaParams.from_args(rest)
+    positional, flags = positional_words(rest)
+    params = LlamaParams.from_args(flags)  # first: a flag's bad value is named as its own
+    model = model_word(positional)
     kind = ModelKind(kind_of_switches(params.extra))  # --embedding, --rerank: an embedding or reranking run
-    shape = estimators.read_gguf(args.model)
+    shape = estimators.read_gguf(model)
     report = estimate_report(shape, params, kind=kind, gpu_name=args.gpu)
     print(report.model_dump_json(indent=2) if args.json else estimate_table(shape, report))
     return EXIT_PLACED
+
+
+def model_word(positional: list[str]) -> str:
+    """The GGUF file: the one word after ``estimate`` that no llama.cpp flag takes, before or after
+    the flags, as llama.cpp users write it (``-c 32768 model.gguf``)."""
+    from layerfit.errors import InputError
+
+    if not positional:
+        raise InputError("model", "give the GGUF file: layerfit estimate MODEL.gguf [llama.cpp flags]")
+    if len(positional) > 1:
+        raise InputError(positional[1], f"a second model file beside {positional[0]!r}, or a value without its flag")
+    return positional[0]
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,13 +81,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "estimate",
         help=SUBCOMMANDS["estimate"][1],
         description="The memory llama.cpp will allocate for a GGUF model, read from its header.",
-        epilog=llama_flags_help() + "\n" + EXAMPLES,
+        usage="layerfit estimate [-h] [--json] [--gpu NAME] MODEL.gguf [llama.cpp options]",
+        epilog="MODEL.gguf: the GGUF file (its first part when split), or its URL (https://...,\n"
+        "hf://ORG/REPO[@REVISION]/FILE.gguf, ms://...: the header is read by range requests); the\n"
+        "llama.cpp options may come before or after it (--ctx-size, -ctk, -fa, -np ...).\n\n"
+        + llama_flags_help()
+        + "\n"
+        + EXAMPLES,
         formatter_class=HELP_FORMAT,
-    )
-    estimate.add_argument(
-        "model",
-        help="GGUF file, or its URL (https://..., hf://ORG/REPO[@REVISION]/FILE.gguf, ms://...: the header is "
-        "read by range requests); llama.cpp parameters may follow (--ctx-size, -ctk, -fa, -np ...)",
     )
     estimate.add_argument(
         "--gpu",

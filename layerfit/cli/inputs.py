@@ -77,14 +77,16 @@ def check_selection(cluster: Cluster, deployment: Deployment, source: str) -> No
 
 
 def check_plot_target(path: str | None) -> None:
-    """A picture can be written there (checked before planning, not after)."""
+    """A picture can be written there: its folder exists, its format is known, matplotlib is
+    installed (checked before planning, not after)."""
     if path is None:
         return
     folder = Path(path).parent
     if not folder.is_dir():
         raise InputError("--plot", f"folder {str(folder)!r} does not exist")
-    if Path(path).suffix.lower() not in (".png", ".svg", ".html"):
-        raise InputError("--plot", f"unsupported picture format {Path(path).suffix!r}; use .png, .svg or .html")
+    from layerfit.io.plot import check_target
+
+    check_target(path)
 
 
 def write_plot(path: str | None, cluster: Cluster, panels: list[tuple[str, list[tuple[str, Any]]]]) -> None:

@@ -177,6 +177,21 @@ def format_bytes(n_bytes: int) -> str:
     return f"{n_bytes} B"
 
 
+UNITS_NOTE = "GB, MB and TB are powers of 10 (1 GB = 10^9 bytes); GiB, MiB and TiB powers of 2 (1 GiB = 2^30 bytes)"
+"""What the size units mean, for a message about two sizes that may have been written in different ones."""
+
+
+def both_units(n_bytes: int) -> str:
+    """A size in binary and decimal units: ``23.00 GiB = 24.70 GB``."""
+    return f"{format_bytes(n_bytes)} = {n_bytes / 1e9:.2f} GB"
+
+
+def exceeds(size: int, limit_field: str, limit: int) -> str:
+    """``23.00 GiB = 24.70 GB exceeds total_vram_bytes 22.35 GiB = 24.00 GB;`` and what the units
+    mean: two sizes that read alike in different units do not compare alike."""
+    return f"{both_units(size)} exceeds {limit_field} {both_units(limit)}; {UNITS_NOTE}"
+
+
 def counted(n: int, noun: str) -> str:
     """``1 GPU``, ``2 GPUs``: a count with its noun (given in the plural), singular for one."""
     return f"{n} {noun[:-1] if n == 1 and noun.endswith('s') else noun}"

@@ -5,11 +5,20 @@ from __future__ import annotations
 import ipaddress
 import re
 from functools import cached_property
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from layerfit.domain.base import ID_NOT_A_BOOLEAN, NOT_A_BOOLEAN, Bytes, Frozen, Name, NonNegInt, PrintableName
+from layerfit.domain.base import (
+    ID_NOT_A_BOOLEAN,
+    NOT_A_BOOLEAN,
+    Bytes,
+    Frozen,
+    Name,
+    NonNegInt,
+    PrintableName,
+    exceeds,
+)
 from layerfit.domain.speed import PositiveFigure
 from layerfit.errors import InputError
 
@@ -59,8 +68,21 @@ MAX_GPU_INDEX = 1023
 devices at most (CUDA: 16); a larger number is a typo or garbage, never a device."""
 
 
+def _allocatable_given(data: Any, allocatable: str, total: str, of: str) -> None:
+    """``allocatable`` is required, not defaulted to ``total``: what a plan may claim is the total
+    less what other processes hold (a display, another model, a CUDA context), which only the
+    scheduler knows; planned into the total, a deployment may not load."""
+    if isinstance(data, dict) and allocatable not in data and total in data:
+        raise InputError(
+            allocatable,
+            f"missing: give what layerfit may claim of this {of}: {total} less what other processes hold "
+            "(the total if nothing else runs there); it is required, not assumed to be the total",
+        )
+
+
 class Gpu(Frozen):
-    """One accelerator of a worker. Sizes in bytes; ``allocatable`` is what we may claim."""
+    """One accelerator of a worker. Sizes in bytes; ``allocatable`` is what we may claim (required:
+    ``_allocatable_given``)."""
 
     index: Annotated[int, Field(ge=0, le=MAX_GPU_INDEX), NOT_A_BOOLEAN]
     type: str = "cuda"
@@ -73,13 +95,17 @@ class Gpu(Frozen):
     fp16_tflops: PositiveFigure | None = None
     """Its dense FP16 tensor rate in TFLOPS; ``None``: the GPU table, as for the bandwidth."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _allocatable_required(cls, data: Any) -> Any:
+        _allocatable_given(data, "allocatable_vram_bytes", "total_vram_bytes", "GPU's VRAM")
+        return data
+
     @model_validator(mode="after")
     def _allocatable_within_total(self) -> Self:
         if self.allocatable_vram_bytes > self.total_vram_bytes:
-            raise InputError(
-                f"gpu[{self.index}].allocatable_vram_bytes",
-                f"{self.allocatable_vram_bytes} exceeds total_vram_bytes {self.total_vram_bytes}",
-            )
+            problem = exceeds(self.allocatable_vram_bytes, "total_vram_bytes", self.total_vram_bytes)
+            raise InputError("allocatable_vram_bytes", problem)
         if self.type not in GPU_TYPES:
             raise InputError(
                 f"gpu[{self.index}].type", f"unknown GPU type {self.type!r}; known: {', '.join(GPU_TYPES)}"
@@ -112,6 +138,7 @@ class Worker(Frozen):
     """One memory pool shared by CPU and GPU (Apple silicon and similar)."""
     total_ram_bytes: Bytes
     allocatable_ram_bytes: Bytes
+    """What a plan may claim of the RAM (required, as a GPU's: ``_allocatable_given``)."""
     gpus: tuple[Gpu, ...] = ()
     ram_bandwidth_gbps: PositiveFigure | None = None
     """Host RAM bandwidth in GB/s (what blocks and experts kept on the host are read at); ``None``:
@@ -122,13 +149,17 @@ class Worker(Frozen):
     network: Network | None = None
     """Its link to the other workers; ``None``: the speed model's stated defaults."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _allocatable_required(cls, data: Any) -> Any:
+        _allocatable_given(data, "allocatable_ram_bytes", "total_ram_bytes", "worker's RAM")
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.allocatable_ram_bytes > self.total_ram_bytes:
-            raise InputError(
-                f"worker[{self.name}].allocatable_ram_bytes",
-                f"{self.allocatable_ram_bytes} exceeds total_ram_bytes {self.total_ram_bytes}",
-            )
+            problem = exceeds(self.allocatable_ram_bytes, "total_ram_bytes", self.total_ram_bytes)
+            raise InputError("allocatable_ram_bytes", problem)
         seen: set[int] = set()
         for gpu in self.gpus:
             if gpu.index in seen:

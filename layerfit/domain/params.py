@@ -326,6 +326,51 @@ def _take_values(flag: Flag, name: str, attached: str | None, tokens: list[str],
     return values, i
 
 
+def _flag_word(token: str) -> bool:
+    return token.startswith("-") and token != "-"
+
+
+def _flag_at(tokens: list[str], i: int) -> tuple[str, Flag, list[str], int]:
+    """The flag at ``tokens[i]`` (its name as llama.cpp reads it, a legacy name translated), its
+    values and the index after them; ``InputError`` for an unknown or refused flag."""
+    name, eq, attached_text = tokens[i].partition("=")
+    attached = attached_text if eq else None
+    if name in LEGACY_FLAGS:
+        if eq:
+            raise InputError(name, "takes no value")
+        name, attached = LEGACY_FLAGS[name]
+    flag = lookup(name)
+    if flag is None:
+        raise unknown_flag(name)
+    problem = refusal(name, flag)
+    if problem is not None:
+        raise problem
+    values, i = _take_values(flag, name, attached, tokens, i)
+    return name, flag, values, i
+
+
+def positional_words(words: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The words of a command line that no llama.cpp flag takes as its value (a model path given
+    before or after the flags), and the flag words, in order. Flags are read as ``from_args`` reads
+    them (their arity from the flag table, a bare ``-fa``); a word starting with ``-`` is split into
+    words as a backend parameter is, the others are kept whole (a path may hold spaces)."""
+    tokens: list[str] = []
+    for word in words:
+        tokens += split_items([word]) if _flag_word(word) else [word]
+    positional: list[str] = []
+    flag_words: list[str] = []
+    i = 0
+    while i < len(tokens):
+        if not _flag_word(tokens[i]):
+            positional.append(tokens[i])
+            i += 1
+            continue
+        start = i
+        i = _flag_at(tokens, i)[3]
+        flag_words += tokens[start:i]
+    return positional, flag_words
+
+
 def _parse_args(args: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The ``LlamaParams`` fields these arguments set, and the flag that set each field."""
     return _parse_tokens(split_items(args))
@@ -339,21 +384,9 @@ def _parse_tokens(tokens: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        if not token.startswith("-") or token == "-":
+        if not _flag_word(token):
             raise InputError(token, "a value without a flag before it")
-        name, eq, attached_text = token.partition("=")
-        attached = attached_text if eq else None
-        if name in LEGACY_FLAGS:
-            if eq:
-                raise InputError(name, "takes no value")
-            name, attached = LEGACY_FLAGS[name]
-        flag = lookup(name)
-        if flag is None:
-            raise unknown_flag(name)
-        problem = refusal(name, flag)
-        if problem is not None:
-            raise problem
-        values, i = _take_values(flag, name, attached, tokens, i)
+        name, flag, values, i = _flag_at(tokens, i)
         if flag.field is None:  # a pass-through option: its values checked as llama.cpp parses them
             from layerfit.llamacpp.flag_values import check_values  # not on the start-up path
 

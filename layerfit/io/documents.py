@@ -309,10 +309,51 @@ def validation_summary(exc: ValidationError) -> str:
             message = str(inner)
             if inner.field.startswith(where):  # it names the field itself (``gpu_selection[0]: ...``)
                 where = ""
+            elif inner.field.isidentifier():  # a field of the object at ``where``
+                where, message = f"{where}.{inner.field}", inner.problem
         lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
 
 
+DOCUMENT_KINDS = {
+    "cluster": ("layerfit.domain.cluster", "Cluster"),
+    "deployment": ("layerfit.domain.deployment", "Deployment"),
+    "fleet": ("layerfit.domain.fleet", "Fleet"),
+    "layout": ("layerfit.domain.layout", "Layout"),
+}
+"""The input files layerfit reads, by what a command calls them, and their types."""
+
+
 def load_file(model: type[Model], path: str | Path) -> Model:
-    """Read a YAML/JSON file and validate it as ``model``."""
-    return load_model(model, read_document(path), str(path))
+    """Read a YAML/JSON file and validate it as ``model``; a file of another kind (a deployment
+    given as the cluster) is named as what it looks like."""
+    document = read_document(path)
+    try:
+        return load_model(model, document, str(path))
+    except InputError:
+        looks = other_kind(model, document)
+        if looks is None:
+            raise
+        raise InputError(str(path), looks) from None
+
+
+def other_kind(model: type[BaseModel], document: Any) -> str | None:
+    """``this looks like a deployment file (name, profile), not a cluster file (workers)`` when none
+    of the document's keys is a field of ``model`` and most are fields of another kind of input
+    (the one with the most); else ``None``."""
+    import importlib
+
+    if not isinstance(document, dict) or not document:
+        return None
+    keys = set(document)
+    kinds = {kind: getattr(importlib.import_module(module), name) for kind, (module, name) in DOCUMENT_KINDS.items()}
+    expected = next((kind for kind, cls in kinds.items() if cls is model), None)
+    if expected is None or keys & set(model.model_fields):
+        return None
+    shared, kind = max((len(keys & set(cls.model_fields)), kind) for kind, cls in kinds.items() if kind != expected)
+    if 2 * shared < len(keys):
+        return None
+    shown = ", ".join(sorted(keys)[:4]) + (", ..." if len(keys) > 4 else "")
+    fields = model.model_fields
+    wanted = [name for name, field in fields.items() if field.is_required()] or list(fields)
+    return f"this looks like a {kind} file ({shown}), not a {expected} file ({', '.join(wanted)})"

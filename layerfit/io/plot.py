@@ -255,8 +255,9 @@ def _html_page(
     )
 
 
-def render(cluster: Cluster, panels: Sequence[Panel], path: str | Path) -> Path:
-    """Draw one panel per (title, assignments) side by side into ``path`` (.png, .svg or .html)."""
+def check_target(path: str | Path) -> Path:
+    """The picture's path, when a picture can be drawn there: a known format and matplotlib
+    installed (``InputError`` naming ``--plot`` otherwise); the commands check it before planning."""
     target = Path(path)
     if target.suffix.lower() not in _FORMATS:
         raise InputError("--plot", f"unsupported picture format {target.suffix!r}; use .png, .svg or .html")
@@ -264,10 +265,16 @@ def render(cluster: Cluster, panels: Sequence[Panel], path: str | Path) -> Path:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch
     except ImportError:
         raise InputError("--plot", "pictures need matplotlib: pip install 'layerfit[plot]'") from None
+    return target
+
+
+def render(cluster: Cluster, panels: Sequence[Panel], path: str | Path) -> Path:
+    """Draw one panel per (title, assignments) side by side into ``path`` (.png, .svg or .html)."""
+    target = check_target(path)
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
     names = list(dict.fromkeys(name for _, assignments in panels for name, _ in assignments))
     palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     colours = {name: palette(i % palette.N) for i, name in enumerate(names)}
