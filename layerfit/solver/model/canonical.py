@@ -8,6 +8,7 @@ blocks all alike and no ``-ts``, interchangeable devices are sorted by class.
 from __future__ import annotations
 
 from layerfit.domain.layout import DeviceAssignment, Layout
+from layerfit.solver.model.constraints.symmetry import ordered_from
 from layerfit.solver.model.instance import Instance
 
 
@@ -78,11 +79,12 @@ def _sort_interchangeable(instance: Instance, layout: Layout) -> Layout:
         return len(instance.classes) if c is None else c
 
     rpc, local = list(layout.rpc_devices), list(layout.local_devices)
+    skip = ordered_from(instance)  # the first device kept in place when it has a cost of its own
     if local:
-        rpc.sort(key=key)
-        local[:-1] = sorted(local[:-1], key=key)
+        rpc[skip:] = sorted(rpc[skip:], key=key)
+        local[skip:-1] = sorted(local[skip:-1], key=key)
     elif rpc:
-        rpc[:-1] = sorted(rpc[:-1], key=key)
+        rpc[skip:-1] = sorted(rpc[skip:-1], key=key)
     return Layout(
         main_worker=layout.main_worker,
         n_blocks=layout.n_blocks,

@@ -4,7 +4,9 @@
   takes part before it. Any layout maps onto one that satisfies this by swapping the two.
 * With blocks all alike and no ``-ts``, swapping two devices of the same role (with their block
   counts) changes no memory figure, so RPC slots, and local slots before the main GPU, are put in
-  class order. The last device is left out: it holds the output layer.
+  class order. The last device is left out: it holds the output layer. So is the first slot of
+  each group when the first device of a full offload has a cost of its own
+  (``first_device_compute_bytes``): swapping it with another changes both GPUs' figures.
 
 Identical GPUs of one worker need no breaking: they are one class with a count.
 """
@@ -22,9 +24,16 @@ from layerfit.solver.model.variables import Expr, SlotVars, Variables
 def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
     _twin_workers(model, instance, variables)
     if instance.uniform_blocks and instance.rules.tensor_split is None:
+        skip = ordered_from(instance)
         for group in (variables.rpc, variables.local):
-            for earlier, later in itertools.pairwise(group):
+            for earlier, later in itertools.pairwise(group[skip:]):
                 _class_order(model, earlier, later)
+
+
+def ordered_from(instance: Instance) -> int:
+    """The first slot of each group that the class order takes: 1 when the first device of a full
+    offload costs more than the others (``Costs.first_device``), else 0."""
+    return 1 if instance.costs.first_device > 0 else 0
 
 
 def _twin_workers(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
