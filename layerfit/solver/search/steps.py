@@ -27,7 +27,7 @@ from layerfit.solver.model.objective import strict_tiers, strict_value, tie_brea
 from layerfit.solver.model.progress import Measure, tie_break_measure
 from layerfit.solver.model.runner import HINT_SHARE, Run, complete_hint, run
 from layerfit.solver.model.variables import Expr
-from layerfit.solver.search.tie_break_stage import tie_break_stage, tie_break_value
+from layerfit.solver.search.tie_break_stage import improved, tie_break_stage
 from layerfit.solver.search.trace import Clock, SearchOutcome, Trace, stage_name
 from layerfit.solver.shortcuts.gpu_count import fewest_gpus, most_gpus
 from layerfit.solver.shortcuts.prune import prune_dominated
@@ -70,16 +70,18 @@ def single_worker_step(
             continue
         if not result.found:
             return Status.UNKNOWN  # out of time, or CP-SAT contradicting a known solution
-        result = _not_worse(built, result, solution)
+        hinted = Run(status=cp_model.FEASIBLE, solution=solution, objective=0.0, bound=result.bound, wall_time_s=0.0)
+        best = improved(built.instance, built, (result, hinted) if solution else (result,), config, clock, trace)
         return SearchOutcome(
-            built=built,
-            best=result,
+            built=best.built,
+            best=best.solution,
             layers=ceiling,
             workers=1,
             gpus=k,
             strict_proven=True,
             tie_break_proven=result.status == cp_model.OPTIMAL,
             bound=float(strict_value(instance, ceiling, 1, k)),
+            ranks_tie_break=best.built is built,
         )
     return Status.INFEASIBLE
 
@@ -154,15 +156,6 @@ def multi_worker_step(
         rpc_slots=candidates.rpc_slots, local_slots=candidates.local_slots, mains=mains, rpc_workers=rpc
     )
     return tie_break_stage(narrow, outcome, config, clock, trace, shortcuts=valid is not None, hint=hint)
-
-
-def _not_worse(built: BuiltModel, result: Run, hinted: tuple[int, ...]) -> Run:
-    """``result``, or the hint's solution of the same model (``hinted``) when the search was cut
-    short on a worse tie-break (compared in the model's units)."""
-    if result.status == cp_model.OPTIMAL or not hinted:
-        return result
-    known = Run(status=cp_model.FEASIBLE, solution=hinted, objective=0.0, bound=result.bound, wall_time_s=0.0)
-    return known if tie_break_value(built, known) < tie_break_value(built, result) else result
 
 
 def _hint_if(

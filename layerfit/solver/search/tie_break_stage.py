@@ -9,11 +9,13 @@ units, the tie-break is proven without a search (``tie-break-bound-met``). Other
 search and the bound limits its objective; a model of more candidate GPU classes than
 ``LARGE_MODEL_CLASSES`` is not searched at all (``tie-break-not-searched``: CP-SAT's presolve
 outlasts the time share there) and that layout is the answer, not proven best. A search cut short
-whose solution is worse, in the model's units, than the known layout gives way to it.
+is improved the same way (``improved``), and the better of that and the known layout, in the
+model's units, is the answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
@@ -53,6 +55,8 @@ alone outlasts its time share there (probing ~0.5 s CPU on 1,024 GPUs of uneven 
 TIE_BREAK_NOT_SEARCHED = "tie-break-not-searched"
 """Shortcut name: the tie-break of a model too large to search is the best layout known before
 it (``_known``), not proven best."""
+MOVE_ROUNDS = 4
+"""At most this many rounds of ``reassign`` and rebalancing improve a known layout (``_moved``)."""
 DIRECT_HINT_S = 0.2
 """At most this many nominal seconds to complete a better layout as a solution of its workers' model."""
 
@@ -123,11 +127,13 @@ def tie_break_stage(
     nominal = max(MIN_TIE_BREAK_S, clock.spent())
     measure = tie_break_measure(stage_name(candidates), narrow.instance, uses_gpus=gpus > 0)
     result = trace.record("tie-break", run(narrow, config, clock.work, measure, nominal_s=nominal))
-    if result.found and tie_break_value(narrow, result) <= known.value:
-        return replace(
-            outcome, built=narrow, best=result, tie_break_proven=result.status == cp_model.OPTIMAL, ranks_tie_break=True
-        )
-    # Nothing found in time, or a solution worse than one known before the search.
+    found = improved(instance, narrow, (result,), config, clock, trace) if result.found else None
+    if found is not None and found.value <= known.value:
+        if found.solution is result:
+            proven = result.status == cp_model.OPTIMAL
+            return replace(outcome, built=narrow, best=result, tie_break_proven=proven, ranks_tie_break=True)
+        return replace(outcome, built=found.built, best=found.solution, tie_break_proven=False, ranks_tie_break=False)
+    # Nothing found in time, or a solution (moved too) worse than one known before the search.
     if known.solution is outcome.best:
         return outcome
     return replace(outcome, built=known.built, best=known.solution, tie_break_proven=False, ranks_tie_break=False)
@@ -160,12 +166,7 @@ def _known(
     layout = outcome.best.layout(built)
     if hint is not None and hint != layout and _strict(hint) == (outcome.layers, outcome.workers, outcome.gpus):
         best = _better(instance, best, hint, config, clock, trace)
-    layout = best.layout
-    moved = reassigned(instance, layout, device_needs(best.built, best.solution))
-    if instance.policy is Policy.SPREAD and instance.rules.tensor_split is None and instance.experts is None:
-        moved = rebalanced(instance, moved) or moved
-    if moved != layout:
-        best = _better(instance, best, moved, config, clock, trace)
+    best = _moved(instance, best, config, clock, trace)
     if not bound or not applies(instance, outcome.layers):
         return best
     if instance.policy is Policy.BINPACK:
@@ -175,6 +176,43 @@ def _known(
         placed = rebalanced(instance, found.witness)
         best = best if placed is None else _better(instance, best, placed, config, clock, trace)
     return replace(best, bound=None if found.headroom is None else -found.headroom)
+
+
+def _moved(instance: Instance, best: _Known, config: PlannerConfig, clock: Clock, trace: Trace) -> _Known:
+    """``best`` improved while a round improves it, at most ``MOVE_ROUNDS`` rounds: a round tries
+    its devices on the GPUs the policy prefers (``reassign``) and, under spread, that layout with
+    its blocks rebalanced, each kept when valid and better. A rebalanced layout can move needs
+    between devices, so that ``reassign`` improves it again."""
+    rebalance = instance.policy is Policy.SPREAD and instance.rules.tensor_split is None and instance.experts is None
+    for _ in range(MOVE_ROUNDS):
+        start = best
+        moved = reassigned(instance, start.layout, device_needs(start.built, start.solution))
+        tried = [moved, rebalanced(instance, moved) if rebalance else None]
+        for layout in tried:
+            if layout is not None and layout != best.layout:
+                best = _better(instance, best, layout, config, clock, trace)
+        if best is start:
+            break
+    return best
+
+
+def improved(
+    instance: Instance, built: BuiltModel, found: Sequence[Run], config: PlannerConfig, clock: Clock, trace: Trace
+) -> _Known:
+    """The best of solutions of ``built`` (a model over ``instance``; a search's first, a hint's
+    after it) and of their moved forms (``_moved``), in the model's units, the earliest on a tie; a
+    solution the search proved best is the answer as it is. A search cut short can stop on a
+    solution that ``reassign`` improves, or that a hint's moved form beats."""
+    best: _Known | None = None
+    for solution in found:
+        known = _Known(built, solution, tie_break_value(built, solution), None)
+        if solution.status == cp_model.OPTIMAL:
+            return known
+        moved = _moved(instance, known, config, clock, trace)
+        if best is None or moved.value < best.value:
+            best = moved
+    assert best is not None, "improved() needs a solution"
+    return best
 
 
 def _strict(layout: Layout) -> tuple[int, int, int]:
