@@ -137,7 +137,7 @@ def test_one_name_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     for out in outputs:
         assert "gpu-a:cuda:0" in out
         assert not re.search(r"gpu-[ab]:\d", out), out  # never worker:index without the type
-    assert "free 2.67 GiB VRAM on gpu-a:cuda:0" in outputs[1]
+    assert "a GPU with at least 24.68 GiB VRAM allocatable in place of gpu-a:cuda:0" in outputs[1]
 
 
 def test_a_unified_memory_worker_is_one_pool(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

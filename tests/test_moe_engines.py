@@ -205,15 +205,16 @@ def test_planner_keeps_as_few_experts_on_the_host_as_brute_force(
 def test_explain_names_the_blocks_whose_experts_would_stay_on_the_host() -> None:
     profile = moe_profile()
     cluster = one_gpu_cluster(2000)
-    for deployment, config in (
-        (Deployment(name="m", profile=profile, cpu_offloading=False), CONFIG),
-        (
-            Deployment(name="m", profile=profile, cpu_offloading=False),
-            CONFIG.model_copy(update={"expert_offload": False}),
-        ),
-    ):
-        result = plan(cluster, deployment, config)
-        assert result.status is Status.INFEASIBLE
-        (experts,) = [r for r in result.relaxations if r.kind == "experts_on_host"]
-        assert experts.message.startswith("would fit with experts of blocks 0–4 on the host")
-        assert experts.value == 5 and experts.gpu_layers == profile.n_layers
+    deployment = Deployment(name="m", profile=profile, cpu_offloading=False)
+    # expert offload on: allowing CPU offloading is the change, and it keeps blocks 0-4's experts on the host
+    on = plan(cluster, deployment, CONFIG)
+    assert on.status is Status.INFEASIBLE
+    (allow,) = [r for r in on.relaxations if r.kind == "allow_cpu_offloading"]
+    assert allow.message.endswith("the experts of blocks 0–4 in host RAM") and allow.gpu_layers == profile.n_layers
+    assert not [r for r in on.relaxations if r.kind == "experts_on_host"]
+    # off (GPUStack's order): the experts are a change of their own, with CPU offloading
+    off = plan(cluster, deployment, CONFIG.model_copy(update={"expert_offload": False}))
+    assert off.status is Status.INFEASIBLE
+    (experts,) = [r for r in off.relaxations if r.kind == "experts_on_host"]
+    assert experts.message.startswith("allow CPU offloading and keep the experts of blocks 0–4 in host RAM")
+    assert experts.value == 5 and experts.gpu_layers == profile.n_layers and experts.cpu_offloading

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from layerfit.check import check
-from layerfit.domain import Cluster, Deployment, PlannerConfig, Status, StrategyClass
+from layerfit.domain import Cluster, Deployment, Gpu, PlannerConfig, Status, StrategyClass
 from layerfit.io.documents import load_file
 from layerfit.planning.planner import plan
 from layerfit.planning.profiles import resolve_profile
@@ -37,7 +37,7 @@ def test_too_big_explains_each_way_out_and_each_way_works(cluster: Cluster) -> N
     result = plan(cluster, deployment, CONFIG)
     assert result.status is Status.INFEASIBLE and result.best is None and result.messages
     by_kind = {r.kind: r for r in result.relaxations}
-    assert set(by_kind) == {"allow_cpu_offloading", "allow_distribution", "ctx_size", "free_vram"}
+    assert set(by_kind) == {"allow_cpu_offloading", "allow_distribution", "ctx_size", "more_hardware"}
     fixed = {
         "allow_cpu_offloading": deployment.model_copy(update={"cpu_offloading": True}),
         "allow_distribution": deployment.model_copy(update={"distributed_inference_across_workers": True}),
@@ -46,7 +46,7 @@ def test_too_big_explains_each_way_out_and_each_way_works(cluster: Cluster) -> N
         again = plan(cluster, relaxed, CONFIG, explain=False)
         assert again.best is not None and again.best.layout.gpu_layers == by_kind[kind].gpu_layers
     # the suggested ctx fits, and one step (256) more does not
-    from layerfit.planning.profiles import profile_at_ctx
+    from layerfit.planning.planner import profile_at_ctx
 
     ctx = by_kind["ctx_size"].value
     assert ctx is not None
@@ -54,29 +54,17 @@ def test_too_big_explains_each_way_out_and_each_way_works(cluster: Cluster) -> N
         params = deployment.params.model_copy(update={"ctx_size": size})
         smaller = deployment.model_copy(update={"params": params, "profile": profile_at_ctx(deployment, size)})
         assert (plan(cluster, smaller, CONFIG, explain=False).best is not None) is fits
-    # freeing the named bytes makes the named worker fit it
-    free = by_kind["free_vram"]
-    assert free.worker == "gpu-a" and free.value is not None
-    grown = cluster.model_copy(
-        update={
-            "workers": tuple(
-                w.model_copy(
-                    update={
-                        "gpus": tuple(
-                            g.model_copy(
-                                update={
-                                    "total_vram_bytes": g.total_vram_bytes + free.value,
-                                    "allocatable_vram_bytes": g.allocatable_vram_bytes + free.value,
-                                }
-                            )
-                            for g in w.gpus
-                        )
-                    }
-                )
-                if w.name == free.worker
-                else w
-                for w in cluster.workers
-            )
-        }
+    # GPUs with the memory named, in place of gpu-a's, hold it (its 24 GiB ones cannot)
+    lacking = by_kind["more_hardware"]
+    assert lacking.worker == "gpu-a" and all(need.needed_bytes > need.total_bytes for need in lacking.memory)
+    sizes = {need.gpu_index: need.needed_bytes for need in lacking.memory}
+
+    def grown_gpu(gpu: Gpu) -> Gpu:
+        size = sizes[gpu.index]
+        return gpu.model_copy(update={"total_vram_bytes": size, "allocatable_vram_bytes": size})
+
+    workers = tuple(
+        w.model_copy(update={"gpus": tuple(grown_gpu(g) for g in w.gpus)}) if w.name == lacking.worker else w
+        for w in cluster.workers
     )
-    assert plan(grown, deployment, CONFIG, explain=False).best is not None
+    assert plan(cluster.model_copy(update={"workers": workers}), deployment, CONFIG, explain=False).best is not None

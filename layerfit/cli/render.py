@@ -175,9 +175,11 @@ def render_plan(plan: Plan) -> str:
         shown.add(reason.message)
     lines += _layouts_differ(plan.reasons)
     lines += [f"  {message}" for message in plan.messages if message not in shown]
-    if plan.relaxations:
-        lines.append("  would fit with any one of:")
-        lines += [f"    - {relaxation.message}" for relaxation in plan.relaxations]
+    changes = [relaxation for relaxation in plan.relaxations if relaxation.kind != "more_hardware"]
+    if changes:
+        lines.append("  any one of these changes places it (each was planned with the change made):")
+        lines += [f"    - {relaxation.message}" for relaxation in changes]
+    lines += [f"  beyond this hardware: {r.message}" for r in plan.relaxations if r.kind == "more_hardware"]
     if best is not None and not plan.commands and plan.status.value == "infeasible":
         lines.append("  no launch commands: this layout does not fit")
     if plan.commands:

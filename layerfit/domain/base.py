@@ -177,6 +177,16 @@ def format_bytes(n_bytes: int) -> str:
     return f"{n_bytes} B"
 
 
+def shown_size(n_bytes: int) -> int:
+    """The least size at or above ``n_bytes`` that ``format_bytes`` shows as it is (``2.67 GiB`` is
+    at least 2.67 GiB): a size a message asks for, so that doing what it says is enough."""
+    if n_bytes <= 0:
+        return 0
+    step, digits = (GiB, 100) if n_bytes >= GiB else (MiB, 10)
+    shown = -(-n_bytes * digits // step)
+    return -(-shown * step // digits)
+
+
 UNITS_NOTE = "GB, MB and TB are powers of 10 (1 GB = 10^9 bytes); GiB, MiB and TiB powers of 2 (1 GiB = 2^30 bytes)"
 """What the size units mean, for a message about two sizes that may have been written in different ones."""
 

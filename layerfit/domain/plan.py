@@ -147,21 +147,51 @@ class Command(Frozen):
         return " ".join([*assignments, shlex.join((self.program, *self.argv))])
 
 
+class MemoryNeed(Frozen):
+    """Allocatable memory one GPU, or one worker's RAM (``gpu_index`` ``None``), lacks for a layout."""
+
+    worker: str
+    gpu_index: NonNegInt | None = None
+    resource: Literal["vram", "ram", "unified"]
+    short_bytes: NonNegInt
+    """How much more would have to be allocatable."""
+    needed_bytes: NonNegInt
+    """What would have to be allocatable: what is now, plus ``short_bytes``."""
+    total_bytes: NonNegInt
+    """What the hardware has in all (``total_vram_bytes``, ``total_ram_bytes``)."""
+
+    @property
+    def within_hardware(self) -> bool:
+        """Whether freeing memory that other processes hold can give it: the need is within the total."""
+        return self.needed_bytes <= self.total_bytes
+
+
 class Relaxation(Frozen):
-    """A change to the request or the cluster that would make a deployment fit."""
+    """A change to the request or the cluster that places the deployment: re-planned with the change
+    (``layerfit.planning.explain.applied``), the model is placed. ``more_hardware`` is the one kind
+    that is not a change to make here: what the hardware lacks, beyond what it has in all."""
 
     kind: str
     """``allow_cpu_offloading``, ``allow_distribution``, ``experts_on_host``, ``ctx_size``, ``free_vram``,
-    ``free_ram``."""
+    ``free_ram``, ``more_hardware``."""
     message: str
     value: int | None = None
-    """The new ctx size, the bytes to free, or the blocks whose experts would stay on the host."""
+    """The new ctx size, the bytes to free (or lacking), or the blocks whose experts would stay on the host."""
     worker: str | None = None
     gpu_index: NonNegInt | None = None
     gpu_layers: NonNegInt | None = None
     """Layers on GPUs the relaxed request would reach."""
     layout: Layout | None = None
-    """For ``free_vram``/``free_ram``: the layout that would fit once that memory is freed."""
+    """For ``free_vram``/``free_ram``/``more_hardware``: the full offload that fits once the memory is there."""
+    memory: tuple[MemoryNeed, ...] = ()
+    """For ``free_vram``/``free_ram``/``more_hardware``: each GPU or worker short, and by how much."""
+    host_expert_blocks: tuple[NonNegInt, ...] = ()
+    """For ``experts_on_host``: the blocks whose experts stay in host RAM."""
+    parameters: tuple[str, ...] = ()
+    """For ``experts_on_host`` of a GGUF file: the llama.cpp flags that keep them there, to add to
+    the backend parameters."""
+    cpu_offloading: bool = False
+    """For ``experts_on_host``: CPU offloading is turned on too (experts in host RAM need it)."""
 
 
 class DeviceUse(Itemised):

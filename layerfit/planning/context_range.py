@@ -74,7 +74,8 @@ def plan_context(deployment: Deployment, values: list[int], plan_at: PlanAt, pro
     wanted = tiers(smallest, profile)
     if wanted is None:
         compared.append(plan_at(deployment, values[0], True))
-        return _with_ctx(compared[-1], values[0], compared, started)
+        explained = for_range(compared[-1], deployment, values[0], profile)
+        return _with_ctx(explained, values[0], compared, started)
     best, chosen = smallest, values[0]
     low, high = 1, len(values) - 1
     while low <= high:
@@ -85,6 +86,23 @@ def plan_context(deployment: Deployment, values: list[int], plan_at: PlanAt, pro
         else:
             high = middle - 1
     return _with_ctx(best, chosen, compared, started)
+
+
+def for_range(result: Plan, deployment: Deployment, least: int, profile: MemoryProfile) -> Plan:
+    """A plan at the range's least context, explained: a smaller context is a smaller ``ctx_min``
+    (``explain.applied.with_ctx``), which the range's plan scales the profile to, given or not."""
+    changed = []
+    for relaxation in result.relaxations:
+        if relaxation.kind == "ctx_size" and relaxation.value is not None:
+            change = (
+                f"give ctx_min {relaxation.value} in place of ctx_auto (its least context, {least}, does not fit)"
+                if deployment.ctx_auto
+                else f"lower ctx_min from {least} to {relaxation.value}"
+            )
+            layers = f"{relaxation.gpu_layers} of {profile.n_layers} layers on GPUs"
+            relaxation = relaxation.model_copy(update={"message": f"{change}: {layers}"})
+        changed.append(relaxation)
+    return result.model_copy(update={"relaxations": tuple(changed)})
 
 
 def _with_ctx(result: Plan, ctx: int, compared: list[Plan], started: float) -> Plan:

@@ -299,8 +299,10 @@ def _plan_ctx_range(
 
     def plan_at(_: Deployment, ctx: int, with_explain: bool) -> Plan:
         params = deployment.params.model_copy(update={"ctx_size": ctx})
-        fixed = fixed_base.model_copy(update={"params": params})
         at_ctx = profile_at_ctx(deployment, ctx) if profile is None else scaled_to_ctx(profile, deployment, ctx)
+        # an explicit profile at this context: explain's smaller contexts scale it from here
+        given = {} if deployment.profile is None else {"profile": at_ctx}
+        fixed = fixed_base.model_copy(update={"params": params, **given})
         step = Work(step_s, work.deadline, parent=work)  # its own share, whatever the others spent
         return plan(cluster, fixed, config, at_ctx, explain=explain and with_explain, work=step)
 
@@ -339,10 +341,13 @@ def relaxations(
     explain: bool,
     work: Work | None = None,
 ) -> tuple[tuple[Relaxation, ...], tuple[EngineStats, ...]]:
-    """The smallest changes that would make an unplaceable deployment fit (empty unless ``explain``),
-    found within ``work`` (default ``Work.of(config.time_limit_s)``), and the explain stage's stats
-    (``truncated`` when a limit cut it, in which case a relaxation found may not be the smallest
-    and some may be missing; ``safety_stops`` when that limit was the wall clock)."""
+    """The smallest single changes that place an unplaceable deployment (empty unless ``explain``;
+    each re-planned with the change: ``layerfit.planning.explain``), found within ``work`` (default
+    ``Work.of(config.time_limit_s)``), and the explain stage's stats: ``feasible`` when a change
+    places it, ``infeasible`` when none does (what the hardware lacks, ``more_hardware``, is no
+    change), ``unknown`` and ``truncated`` when a limit cut it (a change found may then not be the
+    smallest, and some may be missing; ``safety_stops`` when that limit was the wall clock);
+    ``changes`` counts them."""
     if not explain:
         return (), ()
     from layerfit.planning.explain import ExplainBudget
@@ -360,14 +365,13 @@ def relaxations(
         budget.saw(answer.status, stopped=bool(answer.time_cuts))
         return answer
 
-    found = find(
-        cluster, deployment, profile, config, quiet_plan, lambda ctx: profile_at_ctx(deployment, ctx), budget=budget
-    )
+    found = find(cluster, deployment, profile, config, quiet_plan, resolve_profile, budget=budget)
+    changes = sum(relaxation.kind != "more_hardware" for relaxation in found)
     stats = EngineStats(
         engine="explain",
         wall_time_s=time.perf_counter() - started,
-        status=Status.UNKNOWN if budget.truncated else Status.FEASIBLE if found else Status.INFEASIBLE,
-        details={"plans": budget.plans, "truncated": budget.truncated},
+        status=Status.UNKNOWN if budget.truncated else Status.FEASIBLE if changes else Status.INFEASIBLE,
+        details={"plans": budget.plans, "changes": changes, "truncated": budget.truncated},
         safety_stops=budget.safety_stops,
     )
     return found, (stats,)
