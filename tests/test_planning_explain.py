@@ -9,6 +9,7 @@ the model, and memory to free stays within what the hardware has.
 * Experts in host RAM where expert offload is off (GPUStack): the ``--n-cpu-moe`` flag a GGUF file's
   parameters take, or an explicit profile's ``fixed_host_experts``.
 * A context range: a smaller ``ctx_min``.
+* The explain stage's line says what it found, not a plan's status.
 * The property: over random clusters and deployments, every change explain offers, applied, places
   the model on a re-plan; memory freed stays within the hardware; no change leaves the inputs as
   they were.
@@ -168,6 +169,17 @@ def test_a_context_range_lowers_ctx_min(cluster: Cluster, too_big: Deployment) -
     assert ctx.message.startswith(f"lower ctx_min from 16384 to {ctx.value}: 81 of 81 layers on GPUs")
     _, changed = applied(cluster, ranged, ctx)
     assert changed.ctx_min == ctx.value and _placed(cluster, changed)
+
+
+def test_the_explain_line_says_what_it_found(cluster: Cluster, too_big: Deployment) -> None:
+    lines = render_plan(plan(cluster, too_big, CONFIG)).splitlines()
+    assert lines[-1].startswith("  explain: 3 changes found that place it; ")
+    lone = too_big.model_copy(update={"cpu_offloading": True})
+    desk = _one_4090()
+    nothing = lone.model_copy(update={"profile": lone.profile.model_copy(update={"host_fixed_bytes": 100 * GiB})})
+    found = plan(desk, nothing, CONFIG)
+    assert found.status is Status.INFEASIBLE
+    assert render_plan(found).splitlines()[-1].startswith("  explain: no single change found that places it; ")
 
 
 @st.composite

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerfit.domain.base import format_bytes
+from layerfit.domain.base import counted, format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.fleet import FleetPlan, PlacedReplica, ReplicaChange
 from layerfit.domain.layout import Claims
-from layerfit.domain.plan import Plan, Reason
+from layerfit.domain.plan import EngineStats, Plan, Reason
 from layerfit.domain.speed import SpeedPrediction
 from layerfit.heuristics.notes import Action
 
@@ -185,9 +185,29 @@ def render_plan(plan: Plan) -> str:
     if plan.commands:
         lines.append("  commands:")
         lines += [f"    [{command.worker}] {command.line}" for command in plan.commands]
-    for stats in plan.stats:
-        lines.append(f"  {stats.engine}: {stats.status.value} in {stats.wall_time_s * 1000:.1f} ms")
+    lines += [f"  {stats_line(stats)}" for stats in plan.stats]
     return "\n".join(lines)
+
+
+_EXPLAIN_FOUND = {
+    "infeasible": "no single change found that places it",
+    "unknown": "cut short by its {limit} (a smaller change may exist, or one not found)",
+}
+"""What the explain stage's status says: the changes it tried (``Relaxation``), each a relaxed plan."""
+
+
+def stats_line(stats: EngineStats) -> str:
+    """An engine's status and time; the explain stage's says what it found, not a plan's status."""
+    took = f"{stats.wall_time_s * 1000:.1f} ms"
+    if stats.engine != "explain":
+        return f"{stats.engine}: {stats.status.value} in {took}"
+    limit = "time limit" if stats.safety_stops else "work budget"
+    changes = int(stats.details.get("changes", 0))
+    if stats.status.value == "feasible":
+        found = f"{counted(changes, 'changes')} found that place{'s' if changes == 1 else ''} it"
+    else:
+        found = _EXPLAIN_FOUND[stats.status.value].format(limit=limit)
+    return f"explain: {found}; {stats.details.get('plans', 0)} relaxed plans in {took}"
 
 
 _CHANGE_NOTES = {"started": "first start", "moved": "move", "stopped": "stops for good"}
