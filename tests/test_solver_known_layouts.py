@@ -38,9 +38,9 @@ from layerfit.domain import (
 from layerfit.domain.profile import ComputeBuffer, RoleCosts
 from layerfit.solver import solve
 from layerfit.solver.model import runner
-from layerfit.solver.model.build import build_model
+from layerfit.solver.model.build import BuiltModel, build_model
 from layerfit.solver.model.decode import decision_values
-from layerfit.solver.model.instance import build_instance
+from layerfit.solver.model.instance import Instance, build_instance
 from layerfit.solver.model.progress import Measure
 from layerfit.solver.model.runner import Run
 from layerfit.solver.search import steps, tie_break_stage
@@ -89,8 +89,10 @@ def _cut_searches(known: list[int]) -> Iterator[None]:
         yield
 
 
-def model_units(where: Cluster, dep: Deployment, profile: MemoryProfile, config: PlannerConfig, layout: Layout) -> int:
-    """``layout``'s tie-break in the model's units (minimised), in the full model, no symmetry breaking."""
+def _as_solution(
+    where: Cluster, dep: Deployment, profile: MemoryProfile, config: PlannerConfig, layout: Layout
+) -> tuple[Instance, BuiltModel, Run]:
+    """``layout`` as a solution of the full model, no symmetry breaking (its decisions fixed)."""
     instance = build_instance(where, dep, profile, config)
     built = build_model(instance, break_symmetry=False)
     values = decision_values(instance, built.variables, layout)
@@ -99,6 +101,12 @@ def model_units(where: Cluster, dep: Deployment, profile: MemoryProfile, config:
         built.model.add(var == value)
     found = _real_run(built, config, Work.of(config.time_limit_s))
     assert found.found
+    return instance, built, found
+
+
+def model_units(where: Cluster, dep: Deployment, profile: MemoryProfile, config: PlannerConfig, layout: Layout) -> int:
+    """``layout``'s tie-break in the model's units (minimised), in the full model, no symmetry breaking."""
+    _, built, found = _as_solution(where, dep, profile, config, layout)
     return tie_break_value(built, found)
 
 
@@ -106,15 +114,22 @@ def _deployment(profile: MemoryProfile, offload: bool) -> Deployment:
     return Deployment(name="d", profile=profile, cpu_offloading=offload, distributed_inference_across_workers=True)
 
 
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[MemoryProfile, Cluster, Deployment]:
+    """A profile, a cluster (a third random, the rest GPUs shared by the blocks) and a distributed
+    deployment of it."""
+    profile = draw(profiles(max_blocks=16, unit=16 * MiB))
+    if draw(st.integers(0, 2)) == 0:
+        where = draw(clusters(max_gpus=12, max_workers=5, top=1200, unit=16 * MiB))
+    else:
+        where = draw(shared_clusters(profile))
+    return profile, where, _deployment(profile, offload=draw(st.booleans()))
+
+
 @settings(SLOW, max_examples=80)
 @given(data=st.data())
 def test_a_cut_tie_break_is_never_worse_than_a_known_layout(data: st.DataObject) -> None:
-    profile = data.draw(profiles(max_blocks=16, unit=16 * MiB))
-    if data.draw(st.integers(0, 2)) == 0:
-        where = data.draw(clusters(max_gpus=12, max_workers=5, top=1200, unit=16 * MiB))
-    else:
-        where = data.draw(shared_clusters(profile))
-    dep = _deployment(profile, offload=data.draw(st.booleans()))
+    profile, where, dep = data.draw(_cases())
     config = data.draw(configs())
     hint = heuristics.plan(where, dep, config, profile).layout
     known: list[int] = []
@@ -143,14 +158,7 @@ def _reassigned_form(
 ) -> Layout:
     """``layout`` with each worker's devices on the GPUs the policy prefers (``reassign``), its
     devices' needs read from the full model with its decisions fixed."""
-    instance = build_instance(where, dep, profile, config)
-    built = build_model(instance, break_symmetry=False)
-    values = decision_values(instance, built.variables, layout)
-    assert values is not None
-    for var, value in values.items():
-        built.model.add(var == value)
-    found = _real_run(built, config, Work.of(config.time_limit_s))
-    assert found.found
+    instance, built, found = _as_solution(where, dep, profile, config, layout)
     return reassigned(instance, layout, device_needs(built, found))
 
 
@@ -285,12 +293,7 @@ def test_the_answer_is_never_worse_than_a_layout_the_engine_held(data: st.DataOb
     the policy prefers (``reassign``), when valid with the answer's strict tiers: none has a better
     tie-break, in the model's units, than the answer. A search cut short found a solution that
     ``reassign`` improves; it was kept without being compared with its reassigned form."""
-    profile = data.draw(profiles(max_blocks=16, unit=16 * MiB))
-    if data.draw(st.integers(0, 2)) == 0:
-        where = data.draw(clusters(max_gpus=12, max_workers=5, top=1200, unit=16 * MiB))
-    else:
-        where = data.draw(shared_clusters(profile))
-    dep = _deployment(profile, offload=data.draw(st.booleans()))
+    profile, where, dep = data.draw(_cases())
     _, compared = _check_never_worse_than_held(where, dep, profile, data.draw(configs()))
     event(f"layouts compared: {min(compared, 3)}")
 
