@@ -5,8 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-"""layerfit's version (the package's, read by setuptools from here; ``layerfit --version``)."""
+from layerfit.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from layerfit.domain import (

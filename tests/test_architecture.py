@@ -127,6 +127,7 @@ def test_the_llamacpp_grammar_sits_below_the_domain_types(module: str) -> None:
 
 
 RANKS = {
+    "layerfit.version": 0,
     "layerfit.errors": 0,
     "layerfit.domain.base": 0.5,
     "layerfit.domain.choices": 0.5,

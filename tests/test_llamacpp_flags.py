@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from layerfit.cli import EXIT_BAD_INPUT, main
 from layerfit.domain import Deployment, LlamaParams, ModelKind
-from layerfit.domain.params import _CONVERTERS, ALL_LAYERS, EXPERT_FLAGS
+from layerfit.domain.param_words import ALL_LAYERS, CONVERTERS, EXPERT_FLAGS
 from layerfit.errors import InputError
 from layerfit.estimators import estimate_profile, read_gguf
 from layerfit.gpustack import deployment_from_gpustack
@@ -33,7 +33,7 @@ def test_every_name_is_one_option() -> None:
 
 def test_every_modelled_flag_has_a_field_and_a_converter() -> None:
     modelled = {flag.field for flag in all_flags() if flag.effect is Effect.MODELLED} - {EXPERT_FLAGS}
-    assert modelled == set(_CONVERTERS)
+    assert modelled == set(CONVERTERS)
     assert modelled <= set(LlamaParams.model_fields)
 
 

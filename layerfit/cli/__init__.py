@@ -59,8 +59,8 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print layerfit's version and exit", **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from layerfit import __version__
         from layerfit.llamacpp.flag_table import LLAMA_CPP_VERSION
+        from layerfit.version import __version__
 
         print(f"layerfit {__version__} (llama.cpp options of {LLAMA_CPP_VERSION})")
         parser.exit(EXIT_PLACED)

@@ -49,7 +49,8 @@ def llama_flags_help() -> str:
 def cmd_estimate(args: argparse.Namespace, rest: list[str]) -> int:
     from layerfit import estimators
     from layerfit.domain.choices import ModelKind
-    from layerfit.domain.params import LlamaParams, positional_words
+    from layerfit.domain.param_words import positional_words
+    from layerfit.domain.params import LlamaParams
     from layerfit.estimators.report import estimate_report, estimate_table
     from layerfit.llamacpp.flags import kind_of_switches
 

@@ -9,7 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, Name, NonNegInt
 from layerfit.domain.choices import ModelKind as ModelKind
 from layerfit.domain.cluster import GpuRef
-from layerfit.domain.params import INT_MAX, LlamaParams
+from layerfit.domain.param_words import INT_MAX
+from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import InputError
 from layerfit.llamacpp.flags import kind_contradiction

@@ -9,7 +9,7 @@ Row: (space-separated names, number of values, effect, note). For a ``MODELLED``
 the ``LlamaParams`` field the value goes to (``expert_flags``: kept in ``extra``, in order, for
 ``layerfit.llamacpp.expert_flags`` to read); for the others it says what the flag changes or why
 layerfit refuses it. The effect column is the one switch: to model a flag, set it to ``MODELLED``,
-name the field, and give ``LlamaParams`` the field and a converter (``layerfit.domain.params``).
+name the field, and give ``LlamaParams`` the field and a converter (``layerfit.domain.param_words``).
 """
 
 from __future__ import annotations
