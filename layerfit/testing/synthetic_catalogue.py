@@ -24,7 +24,18 @@ def _llama(
     return ModelSpec.model_validate(fields)
 
 
+LLAMA_2: dict[str, object] = {
+    "vocab_size": 32000,
+    "context_length": 4096,
+    "weight_type": Q.Q4_K,
+    "embedding_type": Q.Q6_K,
+}
+"""What the Llama-2 models share: a 32,000-token vocabulary and a 4,096-token context."""
+
 REAL_MODELS: dict[str, ModelSpec] = {
+    "llama-2-7b": _llama("Llama-2-7B", 32, 4096, 11008, 32, 32, 128, **LLAMA_2),
+    "llama-2-13b": _llama("Llama-2-13B", 40, 5120, 13824, 40, 40, 128, **LLAMA_2),
+    "llama-2-70b": _llama("Llama-2-70B", 80, 8192, 28672, 64, 8, 128, **LLAMA_2),
     "llama-3.2-1b": _llama("Llama-3.2-1B", 16, 2048, 8192, 32, 8, 64, tied_embeddings=True),
     "llama-3.1-8b": _llama("Llama-3.1-8B", 32, 4096, 14336, 32, 8, 128, weight_type=Q.Q4_K, embedding_type=Q.Q6_K),
     "llama-3.1-70b": _llama("Llama-3.1-70B", 80, 8192, 28672, 64, 8, 128, weight_type=Q.Q4_K, embedding_type=Q.Q6_K),
