@@ -25,12 +25,22 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-from speed_truth import BACKEND_TYPES, LLAMA2_7B, LOOPBACK_RTT_MS, SCOREBOARD_FILL, Case, _model, _worker
+from speed_truth import (
+    BACKEND_TYPES,
+    ERA_LAYER_US,
+    LLAMA2_7B,
+    LOOPBACK_RTT_MS,
+    SCOREBOARD_FILL,
+    Case,
+    _model,
+    _worker,
+    patched,
+)
 
 from layerfit.domain import Cluster, LlamaParams
 from layerfit.estimators import estimate_profile
 from layerfit.memory import layout_from_flags
-from layerfit.speed import SpeedSettings, predict
+from layerfit.speed import SpeedSettings, calibration, predict
 from layerfit.speed.gpu_table import match
 
 GB = 1e9
@@ -51,9 +61,9 @@ def roofline_ms(case: Case) -> float:
     return read / (bandwidth * GB) * 1e3
 
 
-def _summary(errors: Iterable[tuple[float, Case]], kind: str, split: str) -> str:
-    values = [abs(value) for value, case in errors if case.kind == kind and case.split == split]
-    limit = 0.15 if kind == "cpu" else 0.25
+def _summary(errors: Iterable[tuple[float, Case]], source: str, split: str) -> str:
+    values = [abs(value) for value, case in errors if case.source == source and case.split == split]
+    limit = 0.15 if source == "cpu" else 0.25
     within = sum(value <= limit for value in values)
     return (
         f"median |error| {statistics.median(values):.1%}, largest {max(values):.1%}, "
@@ -62,21 +72,23 @@ def _summary(errors: Iterable[tuple[float, Case]], kind: str, split: str) -> str
 
 
 def print_baseline(cases: Sequence[Case]) -> None:
-    """The roofline's decode errors per kind and split, raw and with one fitted efficiency."""
+    """The roofline's decode errors per source and split, raw and with one efficiency per source
+    fitted on its fit rows (the sizes rows ran older builds than the scoreboards)."""
     roof = {case.id: roofline_ms(case) for case in cases}
+    sources = sorted({case.source for case in cases})
     scale = {
-        kind: statistics.median(
-            case.decode_ms / roof[case.id] for case in cases if case.kind == kind and case.split == "fit"
+        source: statistics.median(
+            case.decode_ms / roof[case.id] for case in cases if case.source == source and case.split == "fit"
         )
-        for kind in ("cpu", "gpu")
+        for source in sources
     }
     raw = [((roof[case.id] - case.decode_ms) / case.decode_ms, case) for case in cases]
-    scaled = [((roof[case.id] * scale[case.kind] - case.decode_ms) / case.decode_ms, case) for case in cases]
+    scaled = [((roof[case.id] * scale[case.source] - case.decode_ms) / case.decode_ms, case) for case in cases]
     print("baseline, a pure bandwidth roofline (bytes read per token / one bandwidth), decode:")
-    for kind in ("cpu", "gpu"):
-        for split in ("fit", "held_out"):
-            print(f"  {kind} {split}: as it is: {_summary(raw, kind, split)}; "
-                  f"x {scale[kind]:.2f} (fitted): {_summary(scaled, kind, split)}")  # fmt: skip
+    for source in sources:
+        for split in sorted({case.split for case in cases if case.source == source}):
+            print(f"  {source} {split}: as it is: {_summary(raw, source, split)}; "
+                  f"x {scale[source]:.2f} (fitted): {_summary(scaled, source, split)}")  # fmt: skip
 
 
 VARIANTS = {
@@ -152,3 +164,33 @@ def print_server_counts(rows: Sequence[dict[str, str]]) -> None:
         if len(counts) > 1:
             shown = ", ".join(f"{n} x {statistics.median(v):.1f}" for n, v in sorted(counts.items()))
             print(f"  {model:26s} {shown}")
+
+
+def print_size_scaling(cases: Sequence[Case]) -> None:
+    """Each GPU's own bandwidth share and per-layer cost, from its rows of several sizes in one build
+    alone (one GPU, quantized models): the two the scoreboards' single size cannot tell apart."""
+    from speed_fit import _family, linear_fit
+
+    groups: dict[tuple[str, str], list[Case]] = defaultdict(list)
+    for case in cases:
+        if case.source == "sizes" and len(case.layout.devices) == 1 and "F16" not in case.model:
+            groups[(case.gpu, case.era)].append(case)
+    print("one GPU's rows of several sizes in one build, fitted alone: share of the spec bandwidth, cost per layer")
+    for (gpu, era), members in sorted(groups.items()):
+        if len({case.model for case in members}) < 2:
+            continue
+        family = members[0].family
+        saved = dict(ERA_LAYER_US)
+        ERA_LAYER_US[era] = 0.0
+        try:
+            with patched(FAMILIES=calibration.FAMILIES):
+                setters = {"share": _family(family, "bandwidth", True), "layer": _family(family, "layer_us", False)}
+                linear_fit(members, setters, prompt=False, lower={"share": 1.0})
+                row = calibration.FAMILIES[family]
+                worst = max(abs(case.predict().decode_ms_per_token / case.decode_ms - 1) for case in members)
+        finally:
+            ERA_LAYER_US.clear()
+            ERA_LAYER_US.update(saved)
+        sizes = ", ".join(sorted({case.model for case in members}))
+        print(f"  {gpu:<32} {era:<14} {sizes:<34} share {row.bandwidth:.3f}, {row.layer_us:5.1f} us per layer "
+              f"(largest residual {worst:.1%})")  # fmt: skip

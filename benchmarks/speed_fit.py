@@ -12,37 +12,27 @@ exactly linear; whether that bound binds a row with the fitted figures is printe
 after the fit is the whole model's.
 
 Fitted: the CPU decode constants on the CPU decode times, ``CPU_PROMPT_GFLOPS_PER_THREAD`` on the
-CPU prompt speeds, each GPU family's bandwidth and compute shares and one fixed cost per layer
-shared by the GPU families on the scoreboard rows. ``unknown`` gets the lowest shares and the
-highest cost found. The fitted constants are set in ``calibration`` for the report that follows
-and printed for ``layerfit/speed/calibration.py``.
+CPU prompt speeds; on the GPU decode times (scoreboard and sizes rows), each GPU family's bandwidth
+share, and a cost per layer for each family with fit rows of several model sizes, fitted with one
+extra per-layer cost per older build (``speed_truth.ERA_LAYER_US``: the sizes rows ran May 2024
+builds, their shares taken as today's); the families with rows of one size only take the least
+per-layer cost fitted and their shares from their rows. The FP16 shares on the scoreboards' prompt
+speeds, and for a family without a scoreboard row on its sizes rows. ``unknown``, and a family with
+no fit row, gets the lowest shares and the highest cost found. The fitted constants are set in
+``calibration`` for the report that follows and printed for ``layerfit/speed/calibration.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from math import inf
-from typing import Any
 
 import numpy as np
-from speed_truth import Case
+from speed_truth import ERA_LAYER_US, Case
 
 from layerfit.speed import calibration
 
 Setter = Callable[[float], None]
-
-
-@contextmanager
-def patched(**values: Any) -> Iterator[None]:
-    saved = {name: getattr(calibration, name) for name in values}
-    for name, value in values.items():
-        setattr(calibration, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(calibration, name, value)
 
 
 def _inverse(name: str) -> Setter:
@@ -134,36 +124,52 @@ def fit_all(cases: Sequence[Case]) -> None:
     prompt = linear_fit(cpu, {"CPU_PROMPT_GFLOPS_PER_THREAD": _inverse("CPU_PROMPT_GFLOPS_PER_THREAD")}, prompt=True)
     gpu = [case for case in cases if case.kind == "gpu" and case.split == "fit"]
     families = sorted({case.family for case in gpu})
-    shares = linear_fit(
-        gpu,
-        {f"{family}.bandwidth": _family(family, "bandwidth", True) for family in families}
-        | {"layer_us": _shared_layer(families)},
-        prompt=False,
-        lower={f"{family}.bandwidth": 1.0 for family in families},  # no GPU reads faster than its spec
+    sized = sorted({case.family for case in gpu if case.source == "sizes"})
+    pooled = [family for family in families if family not in sized]
+    eras = sorted({case.era for case in gpu if case.era})
+    shares = {f"{family}.bandwidth": _family(family, "bandwidth", True) for family in families}
+    layers = {f"{family}.layer_us": _family(family, "layer_us", False) for family in sized}
+    bound = {f"{family}.bandwidth": 1.0 for family in families}  # no GPU reads faster than its spec
+    eras_us = {f"era {era}": _era(era) for era in eras}
+    sized_shares = {name: setter for name, setter in shares.items() if name.split(".")[0] in sized}
+    linear_fit(
+        [case for case in gpu if case.family in sized], sized_shares | layers | eras_us, prompt=False, lower=bound
     )
-    compute = linear_fit(
-        gpu,
+    pooled_layer_us = min(calibration.FAMILIES[family].layer_us for family in sized)
+    _shared_layer(pooled)(pooled_layer_us)
+    pooled_shares = {name: setter for name, setter in shares.items() if name.split(".")[0] in pooled}
+    linear_fit([case for case in gpu if case.family in pooled], pooled_shares, prompt=False, lower=bound)
+    scoreboard = [case for case in gpu if case.source == "scoreboard"]
+    rated = {case.family for case in scoreboard}
+    prompt_rows = scoreboard + [case for case in gpu if case.family not in rated]
+    linear_fit(
+        prompt_rows,
         {f"{family}.compute": _family(family, "compute", True) for family in families},
         prompt=True,
         lower={f"{family}.compute": 1.0 for family in families},
     )
-    print("\nfitted on", len(cpu), "CPU rows and", len(gpu), "scoreboard rows:")
+    print(f"\nfitted on {len(cpu)} CPU rows, {len(scoreboard)} scoreboard rows and {len(gpu) - len(scoreboard)} "
+          f"rows of several sizes (decode; prompt: the scoreboard rows, and for {sorted(set(families) - rated)} "
+          "their rows of several sizes):")  # fmt: skip
     for name, theta in {**decode, **prompt}.items():
         value = getattr(calibration, name)
         print(f"  {name} = {value:.4g}" + ("  (fitted as its inverse)" if "GBPS" in name or "GFLOPS" in name else ""))
         del theta
     rows = {family: calibration.FAMILIES[family] for family in families}
     for family, row in rows.items():
+        own = "its own" if family in sized else f"the least of the others', {pooled_layer_us:.1f}"
         print(f"  FAMILIES[{family!r}] = Family(bandwidth={row.bandwidth:.3f}, compute={row.compute:.3f}, "
-              f"layer_us={row.layer_us:.1f})")  # fmt: skip
-    del shares, compute
+              f"layer_us={row.layer_us:.1f})  ({own} per-layer cost)")  # fmt: skip
+    for era in eras:
+        print(f"  builds {era}: {ERA_LAYER_US[era]:.1f} us more per layer than the current ones")
     worst = calibration.Family(
         bandwidth=min(row.bandwidth for row in rows.values()),
         compute=min(row.compute for row in rows.values()),
         layer_us=max(row.layer_us for row in rows.values()),
     )
-    calibration.FAMILIES = {**calibration.FAMILIES, "unknown": worst}
-    print(f"  FAMILIES['unknown'] = {worst}")
+    unfitted = sorted(set(calibration.FAMILIES) - set(families) - {"unknown"})
+    calibration.FAMILIES = {**calibration.FAMILIES, **dict.fromkeys((*unfitted, "unknown"), worst)}
+    print(f"  FAMILIES['unknown'] = {worst}, also for {', '.join(unfitted) or 'no other family'} (no fit row)")
     bound = (
         min(
             case.cluster.worker(case.layout.main_worker).ram_bandwidth_gbps or inf
@@ -180,6 +186,10 @@ def fit_all(cases: Sequence[Case]) -> None:
         f"  the RAM bound (least copy bandwidth x {calibration.CPU_BANDWIDTH_EFFICIENCY}: {bound:.1f} GB/s) "
         f"{'binds no row' if bound >= most else 'binds some rows: the fit is not exact'} (threads reach {most:.1f})"
     )
+
+
+def _era(era: str) -> Setter:
+    return lambda theta: ERA_LAYER_US.__setitem__(era, theta)
 
 
 def _shared_layer(families: Sequence[str]) -> Setter:

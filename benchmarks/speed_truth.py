@@ -1,7 +1,9 @@
 """The speed model against measured speed, row by row: llama.cpp's CPU build on this kind of
 machine (``cpu-speed.csv``: CPU only at 1 and 2 threads, ``-ngl`` over ``ggml-rpc-server``
-devices, rpc hops through a delaying proxy, ``--n-cpu-moe``) and the published llama.cpp
-scoreboards (``published.csv``: Llama-2-7B Q4_0, ``tg128`` and ``pp512``, CUDA, ROCm, Metal).
+devices, rpc hops through a delaying proxy, ``--n-cpu-moe``), the published llama.cpp
+scoreboards (``published.csv``: Llama-2-7B Q4_0, ``tg128`` and ``pp512``, CUDA, ROCm, Metal) and
+published rows of several model sizes on one GPU and build (``published-sizes.csv``, rebuilt by
+``speed_sizes.py``: Llama-3 8B and 70B, Llama-2 7B, 13B and 70B, on one to four GPUs).
 
 Each CPU row is rebuilt as layerfit sees it: the model's GGUF header from the row's shape (checked
 against the row's ``weight_bytes``), a main worker with the row's threads and its measured copy
@@ -12,8 +14,9 @@ included: 69.9 ms on one row with a 2 ms delay), the layout ``-ngl``/``-ts``/``-
 by the prompt and half the generated tokens. Each scoreboard row is the GPU of its name in the GPU
 table, a Llama-2-7B Q4_0 header, full offload, 64 tokens cached. Printed: every row's measured and
 predicted decode time and prompt speed, the worst errors, and the median and largest decode error
-on the ``fit`` rows and the held-out ones (targets: within 15 % on held-out CPU rows, 25 % on the
-published GPU rows not fitted on). The GPU table is checked against ``gpu_specs.csv``.
+per source on the ``fit`` rows and the held-out ones, and per model size (targets: within 15 % on
+held-out CPU rows, 25 % on the published GPU rows not fitted on). The GPU table is checked against
+``gpu_specs.csv``.
 
     python benchmarks/speed_truth.py [--truth tests/gguf_fixtures/ground_truth/speed] [--fit]
 
@@ -21,7 +24,7 @@ published GPU rows not fitted on). The GPU table is checked against ``gpu_specs.
 (``speed_fit.py``), prints them, and reports the errors with them. Then (``speed_checks.py``) a
 baseline in the same run, a pure bandwidth roofline, raw and with one fitted efficiency per kind,
 and what one RPC hop costs: round trips per token per server, measured on the delay proxy's rows
-and predicted.
+and predicted; and each GPU's own bandwidth share and per-layer cost from its rows of several sizes.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from layerfit.domain import Cluster, Layout, LlamaParams, MemoryProfile
 from layerfit.domain.speed import SpeedPrediction
@@ -43,7 +48,7 @@ from layerfit.estimators.gguf_constants import GGMLQuantizationType as Q
 from layerfit.estimators.shape import read_gguf
 from layerfit.memory import layout_from_flags
 from layerfit.memory.experts import engine_blocks, with_host_experts
-from layerfit.speed import SpeedSettings, predict
+from layerfit.speed import SpeedSettings, calibration, predict
 from layerfit.speed.gpu_table import match
 from layerfit.testing.arch_fixtures import TOKENIZER
 from layerfit.testing.synthetic import ModelSpec, write_gguf
@@ -76,9 +81,41 @@ class Case:
     prompt_tok_s: float
     model: str = ""
     """The model (and thread count): layouts of one deployment are compared with each other."""
+    source: str = "scoreboard"
+    """``cpu`` (``cpu-speed.csv``), ``scoreboard`` (``published.csv``) or ``sizes`` (``published-sizes.csv``)."""
+    era: str = ""
+    """The build a published row ran, when older than the scoreboards' (``2024-05 CUDA``): it adds
+    ``ERA_LAYER_US[era]`` to every layer's fixed cost; empty for the current builds."""
+    gpu: str = ""
+    """The GPUs a sizes row ran on (``2x NVIDIA GeForce RTX 4090``)."""
 
     def predict(self) -> SpeedPrediction:
-        return predict(self.profile, self.layout, self.cluster, self.settings)
+        extra = ERA_LAYER_US.get(self.era, 0.0) if self.era else 0.0
+        if not extra:
+            return predict(self.profile, self.layout, self.cluster, self.settings)
+        older = {name: row._replace(layer_us=row.layer_us + extra) for name, row in calibration.FAMILIES.items()}
+        with patched(FAMILIES=older):
+            return predict(self.profile, self.layout, self.cluster, self.settings)
+
+
+@contextmanager
+def patched(**values: Any) -> Iterator[None]:
+    """``calibration``'s constants set to ``values`` for the block, then restored."""
+    saved = {name: getattr(calibration, name) for name in values}
+    for name, value in values.items():
+        setattr(calibration, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(calibration, name, value)
+
+
+ERA_LAYER_US: dict[str, float] = {"2024-05 CUDA": 38.2, "2024-05 Metal": 100.4}
+"""Extra fixed time per layer and token of a build older than the scoreboards' (by ``Case.era``), in
+microseconds, fitted with the families' shares (``--fit`` refits them): the May 2024 builds of
+``published-sizes.csv``. layerfit itself uses the current builds' costs (``calibration``); an era
+not named here (the January 2024 rows) is predicted with those."""
 
 
 def _spec(row: dict[str, str]) -> ModelSpec:
@@ -160,7 +197,7 @@ def cpu_case(row: dict[str, str], models: Path) -> Case:
         context_fill=prompt + int(row["eval_runs"]) // 2, prompt_tokens=prompt, threads=threads, batch_threads=threads
     )
     return Case(row["id"], row["split"], "cpu", "cpu", profile, layout, cluster, settings,
-                float(row["ms_per_token"]), float(row["pp_tok_s"]), f"{row['model']} t{threads}")  # fmt: skip
+                float(row["ms_per_token"]), float(row["pp_tok_s"]), f"{row['model']} t{threads}", "cpu")  # fmt: skip
 
 
 LLAMA2_7B = ModelSpec(
@@ -212,6 +249,8 @@ def gpu_cases(rows: list[dict[str, str]], models: Path) -> Iterator[Case]:
                 SpeedSettings(context_fill=SCOREBOARD_FILL, prompt_tokens=512),
                 1000 / float(row["tg128_tok_s"]),
                 float(row["pp512_tok_s"]),
+                model="7B Q4_0",
+                gpu=row["gpu_name"],
             )
 
 
@@ -220,7 +259,9 @@ def load_cases(truth: Path, models: Path) -> list[Case]:
         cases = [cpu_case(row, models) for row in csv.DictReader(file)]
     with (truth / "published.csv").open() as file:
         cases += gpu_cases(list(csv.DictReader(file)), models)
-    return cases
+    from speed_sizes import load_size_cases
+
+    return cases + load_size_cases(truth, models)
 
 
 def error(predicted: float, measured: float) -> float:
@@ -249,17 +290,35 @@ def report(cases: list[Case], title: str) -> dict[tuple[str, str], float]:
         print(f"  {value:+.1%}  {case.id} ({case.split})")
     _ranking(cases)
     summary: dict[tuple[str, str], float] = {}
-    for kind in ("cpu", "gpu"):
-        for split in ("fit", "held_out"):
-            values = [abs(value) for value, case in errors if case.kind == kind and case.split == split]
-            prompt_values = [abs(value) for value, case in prompts if case.kind == kind and case.split == split]
-            if values:
-                summary[(kind, split)] = max(values)
-                within = sum(value <= (0.15 if kind == "cpu" else 0.25) for value in values)
-                print(f"  {kind} {split}: {len(values)} rows, median |error| {statistics.median(values):.1%}, "
-                      f"largest {max(values):.1%}, {within} within {'15' if kind == 'cpu' else '25'} %; prompt: "
-                      f"median {statistics.median(prompt_values):.1%}, largest {max(prompt_values):.1%}")  # fmt: skip
+    for source in ("cpu", "scoreboard", "sizes"):
+        for split in SPLITS:
+            members = [(value, prompt) for (value, case), (prompt, _) in zip(errors, prompts, strict=True)
+                       if case.source == source and case.split == split]  # fmt: skip
+            if members:
+                summary[(source, split)] = max(abs(value) for value, _ in members)
+                print(f"  {source} {split}: {_summary_line(members, 0.15 if source == 'cpu' else 0.25)}")
+    sizes = sorted({(case.model, case.split) for _, case in errors if case.source == "sizes"})
+    for model, split in sizes:
+        members = [(value, prompt) for (value, case), (prompt, _) in zip(errors, prompts, strict=True)
+                   if case.source == "sizes" and case.model == model and case.split == split]  # fmt: skip
+        print(f"    {model:<12} {split}: {_summary_line(members, 0.25)}")
     return summary
+
+
+SPLITS = ("fit", "held_out", "older_build")
+"""``older_build``: published rows of a build older than any fitted one, fitted on nothing."""
+
+
+def _summary_line(members: list[tuple[float, float]], limit: float) -> str:
+    """Rows, median and largest |decode error|, how many within ``limit``, and the prompt's errors."""
+    values = [abs(value) for value, _ in members]
+    prompts = [abs(prompt) for _, prompt in members if prompt == prompt]  # NaN: no prompt figure
+    within = sum(value <= limit for value in values)
+    line = (f"{len(values)} rows, median |error| {statistics.median(values):.1%}, largest {max(values):.1%}, "
+            f"{within} within {limit:.0%}")  # fmt: skip
+    if prompts:
+        line += f"; prompt: median {statistics.median(prompts):.1%}, largest {max(prompts):.1%}"
+    return line
 
 
 def _ranking(cases: list[Case]) -> None:
@@ -310,12 +369,13 @@ def main() -> None:
 
             fit_all(cases)
             report(cases, "the fitted constants (fit rows only)")
-        from speed_checks import print_baseline, print_hops, print_server_counts, print_variants
+        from speed_checks import print_baseline, print_hops, print_server_counts, print_size_scaling, print_variants
 
         with (args.truth / "cpu-speed.csv").open() as file:
             rows = list(csv.DictReader(file))
         with (args.truth / "published.csv").open() as file:
             print_variants(list(csv.DictReader(file)), Path(scratch))
+        print_size_scaling(cases)
         print_baseline(cases)
         print_hops(cases, rows)
         print_server_counts(rows)

@@ -84,6 +84,26 @@ def test_an_apple_gpu_without_a_published_rate_gets_a_stated_stand_in() -> None:
     assert "no FP16 rate published" in facts.notes[0]
 
 
+@pytest.mark.parametrize(
+    ("name", "stated"),
+    [
+        ("NVIDIA GeForce RTX 5090", "no published rows of several model sizes"),  # blackwell: 7B rows only
+        ("NVIDIA H100 80GB HBM3", "H100 PCIe's published Llama-3 8B and 70B rows of May 2024"),
+        ("NVIDIA A100 80GB PCIe", "A100-SXM4-80GB's published Llama-3 8B and 70B rows of May 2024"),
+        ("Tesla V100-SXM2-32GB", "no published row"),
+        ("Apple M2 Ultra", "one share for every Apple chip"),
+    ],
+)
+def test_a_family_calibrated_on_little_states_its_limit(name: str, stated: str) -> None:
+    facts = gpu_facts("w:cuda:0", _gpu(name))
+    assert any(stated in note and f"({facts.family})" in note for note in facts.notes)
+
+
+@pytest.mark.parametrize("name", ["NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000"])
+def test_a_family_measured_at_several_sizes_states_no_limit(name: str) -> None:
+    assert gpu_facts("w:cuda:0", _gpu(name)).notes == ()
+
+
 def _worker(**fields: Any) -> Worker:
     return Worker.model_validate({"id": 1, "name": "w", "total_ram_bytes": 1, "allocatable_ram_bytes": 1, **fields})
 

@@ -12,8 +12,10 @@ Fitted on:
   build at 1 and 2 threads, ``-ngl`` sweeps over ``ggml-rpc-server`` devices on the same host,
   ``--n-cpu-moe`` sweeps and a delay proxy in front of the rpc-servers;
 * the GPU families' efficiencies (``FAMILIES``) on the published llama.cpp scoreboards
-  (``published.csv`` there: Llama-2-7B Q4_0, ``pp512`` and ``tg128``, CUDA, ROCm and Metal), one
-  figure per family from its ``fit`` rows.
+  (``published.csv`` there: Llama-2-7B Q4_0, ``pp512`` and ``tg128``, CUDA, ROCm and Metal) and the
+  published rows of several model sizes on one GPU (``published-sizes.csv``: Llama-3 8B and 70B,
+  ``tg512``/``pp512``, CUDA and Metal), which tell a family's share of its spec bandwidth from its
+  fixed cost per layer; one figure of each per family from its ``fit`` rows.
 
 The stated defaults (``DEFAULT_*``, ``HOST_TO_GPU_GBPS``, ``GPU_SYNC_US``) are not fitted: they
 stand in for a figure the cluster file does not give, and a plan names each one it used.
@@ -32,29 +34,61 @@ class Family(NamedTuple):
     compute: float
     """Share of the dense FP16 tensor rate prompt processing reaches (quantized matrices included)."""
     layer_us: float
-    """Fixed time per layer and token on the device (kernel launches, synchronisation), microseconds."""
+    """Fixed time per layer and token on the device (kernel launches, synchronisation), microseconds,
+    as the current llama.cpp builds take it."""
+    limits: str = ""
+    """What this family's figures rest on where that limits them: a plan on such a GPU states it."""
 
+
+ONE_SIZE = (
+    "its cost per layer is ada's, no published rows of several model sizes telling it from the bandwidth "
+    "share (fitted on 7B rows): the larger the model, the less certain its speed"
+)
+OLD_BUILD = (
+    "its figures come from the {gpu}'s published Llama-3 8B and 70B rows of May 2024 llama.cpp builds "
+    "alone, less the per-layer cost newer CUDA builds save on the other GPUs"
+)
+NO_ROW = "no published row: the lowest shares and the highest per-layer cost fitted (the 'unknown' family's)"
 
 FAMILIES: dict[str, Family] = {
-    "blackwell": Family(bandwidth=1.000, compute=0.554, layer_us=48.8),
-    "hopper": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
-    "ada": Family(bandwidth=1.000, compute=0.500, layer_us=48.8),
-    "ampere": Family(bandwidth=0.916, compute=0.571, layer_us=48.8),
-    "turing": Family(bandwidth=0.604, compute=0.251, layer_us=48.8),
-    "volta": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
-    "cdna": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
-    "rdna": Family(bandwidth=0.804, compute=0.373, layer_us=48.8),
-    "apple": Family(bandwidth=0.708, compute=0.664, layer_us=48.8),
-    "unknown": Family(bandwidth=0.367, compute=0.185, layer_us=48.8),
+    "blackwell": Family(bandwidth=0.906, compute=0.550, layer_us=34.3, limits=ONE_SIZE),
+    "hopper": Family(bandwidth=0.662, compute=0.182, layer_us=62.9, limits=OLD_BUILD.format(gpu="H100 PCIe")),
+    "ada": Family(bandwidth=0.916, compute=0.495, layer_us=34.3),
+    "ampere": Family(bandwidth=0.907, compute=0.571, layer_us=47.8),
+    "ampere_hbm": Family(bandwidth=0.667, compute=0.342, layer_us=82.0, limits=OLD_BUILD.format(gpu="A100-SXM4-80GB")),
+    "turing": Family(bandwidth=0.590, compute=0.251, layer_us=34.3, limits=ONE_SIZE),
+    "volta": Family(bandwidth=0.342, compute=0.182, layer_us=85.0, limits=NO_ROW),
+    "cdna": Family(bandwidth=0.342, compute=0.184, layer_us=34.3, limits=ONE_SIZE),
+    "rdna": Family(bandwidth=0.737, compute=0.372, layer_us=34.3, limits=ONE_SIZE),
+    "apple": Family(
+        bandwidth=0.734,
+        compute=0.665,
+        layer_us=85.0,
+        limits="one share for every Apple chip, whose own shares differ widely (0.47 on an M1 Max to 0.95 on "
+        "an M3 Max on Llama-3 8B and 70B): its speed may be off by a third",
+    ),
+    "unknown": Family(bandwidth=0.342, compute=0.182, layer_us=85.0),
 }
-"""Per GPU family (``gpu_table.GpuSpec.family``), fitted by ``benchmarks/speed_truth.py --fit`` on
-22 scoreboard rows (Llama-2-7B Q4_0 at full offload): one share of the spec bandwidth and of the
-FP16 rate per family, one cost per layer for all (48.8 us). With one model size the share and the
-per-layer cost trade off against each other; the fit holds ada's and blackwell's shares at their
-bound, 1.0 (no GPU reads faster than its spec), and puts the rest in the per-layer cost: for much
-larger models than 7B the prediction leans fast. ``hopper`` and ``volta`` have no scoreboard row
-the table names (the H100 and V100 rows do not say which variant): they take ``unknown``'s
-figures, the lowest share and highest cost fitted (cdna's), which a GPU the table lacks gets too."""
+"""Per GPU family (``gpu_table.GpuSpec.family``), fitted by ``benchmarks/speed_truth.py --fit`` on the
+``fit`` rows of the published llama.cpp figures: 22 scoreboard rows (``published.csv``, Llama-2-7B
+Q4_0 at full offload, 2025-26 builds) and 13 rows of several model sizes on one GPU and build
+(``published-sizes.csv``: Llama-3 8B and 70B Q4_K_M, llama-bench of May 2024, on the RTX 6000 Ada,
+RTX A6000, RTX 4090, A100-SXM4-80GB, H100 PCIe, M2 Ultra and M1 Max).
+
+With one model size a family's bandwidth share and its cost per layer trade off; 8B and 70B (32
+and 80 layers, 4.6 and 42.5 GB) on one GPU tell them apart. So ``ada``, ``ampere``, ``ampere_hbm``
+(the A100: HBM, where llama.cpp reaches two thirds of the spec, against nine tenths on the GDDR
+parts), ``hopper`` and ``apple`` have a share and a per-layer cost of their own, fitted together
+with one extra per-layer cost of the May 2024 builds (38.2 us for CUDA, 100.4 for Metal: CUDA
+graphs and fused kernels came later), the share being taken as the same in both builds. The
+families with rows of one size only (``blackwell``, ``turing``, ``rdna``, ``cdna``) take the least
+per-layer cost fitted (ada's) and their share from their 7B rows: a large model then leans slow
+rather than fast. ``hopper``'s figures come from the H100 PCIe's May 2024 rows alone (the
+scoreboards' H100 rows do not name their variant), its current per-layer cost as that build's less
+the CUDA difference, and its FP16 share, like ``ampere_hbm``'s, from that build's prompt speeds
+(slower than today's). ``volta`` has no row the table names and takes ``unknown``'s figures, the
+lowest share and FP16 share and the highest per-layer cost fitted, which a GPU the table lacks gets
+too."""
 
 CPU_BANDWIDTH_PER_THREAD_GBPS = 14.2
 """GB/s of weights one CPU thread streams through llama.cpp's dot products while decoding."""

@@ -103,6 +103,9 @@ def gpu_facts(gpu_id: str, gpu: Gpu) -> GpuFacts:
             f"{gpu_id} ({spec.name}): no FP16 rate published; taken as {bandwidth:g} GB/s x "
             f"{apple_tflops_per_gbps():.4f} TFLOPS per GB/s (the Apple GPUs that state one) = {tflops:.1f} TFLOPS"
         )
+    limits = calibration.FAMILIES.get(family, calibration.FAMILIES["unknown"]).limits
+    if limits:
+        notes.append(f"{spec.name} ({family}): {limits}")
     given = "cluster file" if gpu.memory_bandwidth_gbps is not None or gpu.fp16_tflops is not None else ""
     source = "; ".join(
         part for part in (given, f"table: {spec.name}, {spec.source}" if family != "unknown" else "") if part

@@ -99,10 +99,10 @@ GPUS: tuple[GpuSpec, ...] = (
         "NVIDIA RTX 6000 Ada Generation datasheet (1457 FP8 sparse)",
     ),
     _row("NVIDIA A10", "ampere", 600, 125.0, "NVIDIA A10 Tensor Core GPU datasheet"),
-    _row("NVIDIA A100-SXM4-40GB", "ampere", 1555, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
-    _row("NVIDIA A100-PCIE-40GB", "ampere", 1555, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
-    _row("NVIDIA A100-SXM4-80GB", "ampere", 2039, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
-    _row("NVIDIA A100 80GB PCIe", "ampere", 1935, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
+    _row("NVIDIA A100-SXM4-40GB", "ampere_hbm", 1555, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
+    _row("NVIDIA A100-PCIE-40GB", "ampere_hbm", 1555, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
+    _row("NVIDIA A100-SXM4-80GB", "ampere_hbm", 2039, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
+    _row("NVIDIA A100 80GB PCIe", "ampere_hbm", 1935, 312.0, "NVIDIA A100 Tensor Core GPU datasheet"),
     _row("NVIDIA H100 PCIe", "hopper", 2000, 756.0, "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column)"),
     _row("NVIDIA H100 80GB HBM3", "hopper", 3350, 989.4, "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column)"),
     _row("NVIDIA H200", "hopper", 4800, 989.4, "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)"),
@@ -137,7 +137,7 @@ GPUS: tuple[GpuSpec, ...] = (
     _row("Apple M4", "apple", 120, None, "Mac mini (M4) tech specs"),
     _row("Apple M4 Pro", "apple", 273, None, "Mac mini (M4 Pro) tech specs"),
     _row("Apple M4 Max", "apple", 546, None, "MacBook Pro (M4 Max) tech specs"),
-    _row("NVIDIA A100", "ampere", 1555, 312.0, "the slower of the A100's variants (40 GB), for a name without one"),
+    _row("NVIDIA A100", "ampere_hbm", 1555, 312.0, "the slower of the A100's variants (40 GB), for a name without one"),
     _row("NVIDIA H100", "hopper", 2000, 756.0, "the slower of the H100's variants (PCIe), for a name without one"),
     _row(
         CPU_DEVICE, "cpu", 0, None, "ggml's CPU backend behind ggml-rpc-server: the worker's RAM bandwidth and threads"
