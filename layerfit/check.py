@@ -20,6 +20,7 @@ from layerfit.domain.selection import selection_reasons, tensor_split_in_force, 
 from layerfit.errors import expect
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import device_blocks, gpu_layers_flag, used_device_blocks
+from layerfit.speed.deployment import deployment_speed
 
 
 def capacity_reasons(cluster: Cluster, *all_claims: Claims) -> tuple[Reason, ...]:
@@ -307,7 +308,28 @@ def checked_claims(
         *rule_reasons(cluster, deployment, profile, layout, config),
         *capacity_reasons(cluster, needed),
     )
-    return reasons, needed
+    if reasons or deployment.min_decode_tokens_per_s is None:
+        return reasons, needed
+    return speed_reasons(cluster, deployment, profile, layout), needed
+
+
+def speed_reasons(
+    cluster: Cluster, deployment: Deployment, profile: MemoryProfile, layout: Layout
+) -> tuple[Reason, ...]:
+    """A layout predicted to decode slower than the deployment's ``min_decode_tokens_per_s`` (the
+    replica alone on its GPUs: a fleet checks the busy case in its master)."""
+    minimum = deployment.min_decode_tokens_per_s
+    if minimum is None:
+        return ()
+    predicted = deployment_speed(cluster, deployment, profile, layout)
+    if predicted.decode_tokens_per_s >= minimum:
+        return ()
+    largest = ", ".join(f"{term.where} {term.ms:.3g} ms" for term in predicted.largest_terms(2))
+    message = (
+        f"predicted {predicted.decode_tokens_per_s:.3g} tokens/s decode, below min_decode_tokens_per_s "
+        f"{minimum:g} ({predicted.decode_ms_per_token:.3g} ms per token; most in {largest})"
+    )
+    return (Reason(kind=ReasonKind.TOO_SLOW, message=message, resource="min_decode_tokens_per_s"),)
 
 
 def check(

@@ -41,6 +41,15 @@ class Policy(StrEnum):
     """Keep the most headroom on every GPU."""
 
 
+class Objective(StrEnum):
+    """What "best" means once every hard rule holds (``docs/design.md``, "The objective")."""
+
+    LAYERS = "layers"
+    """GPUStack's order: most layers on GPUs, most expert blocks on GPUs, fewest workers, fewest GPUs."""
+    SPEED = "speed"
+    """The fastest predicted decode of one sequence (``layerfit.speed``), then fewest workers, fewest GPUs."""
+
+
 class ModelKind(StrEnum):
     LLM = "llm"
     EMBEDDING = "embedding"

@@ -8,8 +8,10 @@ from pydantic import Field, model_validator
 
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, NonNegInt, PosInt
 from layerfit.domain.choices import LlamaCppBuild as LlamaCppBuild
+from layerfit.domain.choices import Objective as Objective
 from layerfit.domain.choices import OffloadOrder as OffloadOrder
 from layerfit.domain.choices import Policy as Policy
+from layerfit.domain.deployment import Deployment
 from layerfit.domain.limits import MAX_DEVICES, MAX_TIME_LIMIT_S
 from layerfit.llamacpp.builds import FIT, OUTPUT_FIRST, build_label, build_number, offload_order_of, parse_build
 
@@ -34,6 +36,10 @@ class PlannerConfig(Frozen):
     offload_order: OffloadOrder = OffloadOrder.OUTPUT_FIRST
     """``-ngl``'s order; when only ``llama_cpp_build`` is given, that build's order."""
     policy: Policy = Policy.BINPACK
+    objective: Objective = Objective.LAYERS
+    """What the best layout is: ``layers`` (GPUStack's order: layers, expert blocks, workers, GPUs)
+    or ``speed`` (the fastest predicted decode, then workers, GPUs); a deployment's own
+    ``objective`` wins (``objective_of``)."""
     max_rpc_servers: Annotated[int, Field(ge=1, le=MAX_RPC_SERVERS), NOT_A_BOOLEAN] = 8
     """At most this many rpc-servers per deployment (GPUStack ``DEFAULT_MAX_RPC_SERVER_COUNT``)."""
     max_rpc_candidate_gpus: PosInt = 16
@@ -92,6 +98,10 @@ class PlannerConfig(Frozen):
         if FIT.present(build_number(build)) is None and order is OffloadOrder.OUTPUT_LAST:
             raise ValueError(f"{FIT.unknown_reason(build_number(build))}; name a build outside that range")
         return {**data, "llama_cpp_build": build, "offload_order": order}
+
+    def objective_for(self, deployment: Deployment) -> Objective:
+        """The objective a deployment is planned under: its own, else this configuration's."""
+        return deployment.objective or self.objective
 
     @property
     def build(self) -> int:

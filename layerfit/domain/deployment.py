@@ -8,10 +8,12 @@ from pydantic import Field, field_validator, model_validator
 
 from layerfit.domain.base import NOT_A_BOOLEAN, Frozen, Name, NonNegInt
 from layerfit.domain.choices import ModelKind as ModelKind
+from layerfit.domain.choices import Objective as Objective
 from layerfit.domain.cluster import GpuRef
 from layerfit.domain.param_words import INT_MAX
 from layerfit.domain.params import LlamaParams
 from layerfit.domain.profile import MemoryProfile
+from layerfit.domain.speed import PositiveFigure
 from layerfit.errors import InputError
 from layerfit.llamacpp.flags import kind_contradiction
 
@@ -46,6 +48,12 @@ class Deployment(Frozen):
     """With ``ctx_max``: the context is a decision, any multiple of 256 in the range will do."""
     ctx_max: Annotated[int, Field(ge=1, le=INT_MAX), NOT_A_BOOLEAN] | None = None
     """Default with ``ctx_min`` alone: the model's training context."""
+    objective: Objective | None = None
+    """What the best layout is for this deployment (``layers`` or ``speed``); ``None``: the planner's
+    (``PlannerConfig.objective``, ``layers`` unless told otherwise)."""
+    min_decode_tokens_per_s: PositiveFigure | None = None
+    """The slowest predicted decode speed (tokens per second, one sequence) a layout may have: a
+    hard rule (``check``), in a fleet checked with every replica on its GPUs decoding at once."""
 
     @model_validator(mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cached_property
 from typing import Self
 
@@ -107,6 +108,13 @@ class Layout(Frozen):
     def workers(self) -> tuple[str, ...]:
         """Main worker first, then each worker running an rpc-server."""
         return tuple(dict.fromkeys([self.main_worker, *(device.worker for device in self.devices)]))
+
+    def with_host_experts(self, blocks: Iterable[int]) -> Layout:
+        """This layout with the experts of those of ``blocks`` that sit on GPUs kept on the host."""
+        on_gpus = tuple(sorted(block for block in set(blocks) if block >= self.cpu_blocks))
+        if on_gpus == self.host_expert_blocks:
+            return self
+        return Layout.model_validate(self.model_dump() | {"host_expert_blocks": on_gpus})
 
     def role(self, position: int) -> DeviceRole:
         """Role of the device at ``position``: RPC, the main (last local) GPU, or another local GPU."""

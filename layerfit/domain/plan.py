@@ -73,6 +73,8 @@ class ReasonKind(StrEnum):
     STRATEGY_SKIPPED = "strategy_skipped"
     """A strategy was not tried; ``resource`` names the parameter or rule that ruled it out."""
     PIN_BROKEN = "pin_broken"
+    TOO_SLOW = "too_slow"
+    """The layout's predicted decode speed is below the deployment's ``min_decode_tokens_per_s``."""
 
 
 class Severity(StrEnum):

@@ -139,6 +139,10 @@ class MemoryProfile(Frozen):
     fixed_host_experts: tuple[NonNegInt, ...] | None = None
     """Blocks whose experts the user's tensor overrides (``-ot``, ``--n-cpu-moe``, ``--cpu-moe``)
     keep on the host, ascending; ``None``: no override, the engines decide."""
+    stand_in_host_experts: tuple[NonNegInt, ...] | None = None
+    """This profile is the dense stand-in of a MoE profile with these blocks' experts in host RAM
+    (``memory.experts.profile_with_host_experts``): the memory figures already count them there,
+    and the speed model must too (``speed.deployment.deployment_speed``); ``None``: not a stand-in."""
     output_weight_bytes: Bytes = 0
     """The output layer (output norm + output projection, or the tied embedding copy)."""
     token_embedding_bytes: Bytes = 0
@@ -258,6 +262,9 @@ class MemoryProfile(Frozen):
             raise InputError(
                 "speed.block_dense_bytes", f"has {self.speed.n_blocks} entries, the profile has {n_blocks}"
             )
+        stand_in = self.stand_in_host_experts or ()
+        if not strictly_ascending(stand_in) or any(block >= n_blocks for block in stand_in):
+            raise InputError("stand_in_host_experts", f"{list(stand_in)}: ascending blocks below {n_blocks}")
         fixed = self.fixed_host_experts or ()
         if not strictly_ascending(fixed) or any(block >= n_blocks or self.expert_bytes(block) == 0 for block in fixed):
             raise InputError(

@@ -67,6 +67,7 @@ def profile_with_host_experts(profile: MemoryProfile, blocks: Collection[int]) -
             "block_expert_bytes": None,
             "block_host_expert_bytes": None,
             "fixed_host_experts": None,
+            "stand_in_host_experts": tuple(sorted(chosen)),
             "host_fixed_bytes": profile.host_fixed_bytes + experts_in_ram,
             "main": _role(profile.main),
             "local": _role(profile.local),
@@ -80,10 +81,7 @@ def profile_with_host_experts(profile: MemoryProfile, blocks: Collection[int]) -
 
 def with_host_experts(layout: Layout, blocks: Collection[int]) -> Layout:
     """The layout with the experts of those of ``blocks`` that sit on GPUs kept on the host."""
-    on_gpus = tuple(sorted(block for block in set(blocks) if block >= layout.cpu_blocks))
-    if on_gpus == layout.host_expert_blocks:
-        return layout
-    return Layout.model_validate(layout.model_dump() | {"host_expert_blocks": on_gpus})
+    return layout.with_host_experts(blocks)
 
 
 def attach(
