@@ -15,7 +15,7 @@ from layerfit.solver.model.instance import Instance
 def canonical_layout(instance: Instance, layout: Layout) -> Layout:
     """An equivalent layout (same memory on every device and worker) in canonical form."""
     renamed = _rename_twins(instance, layout)
-    if instance.uniform_blocks and instance.rules.tensor_split is None:
+    if instance.interchangeable_devices:
         return _sort_interchangeable(instance, renamed)
     return renamed
 

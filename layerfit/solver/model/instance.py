@@ -28,13 +28,14 @@ from itertools import chain, pairwise
 
 from layerfit.budget.deadline import Deadline
 from layerfit.domain.cluster import Cluster, Gpu, Worker
-from layerfit.domain.config import PlannerConfig, Policy
+from layerfit.domain.config import Objective, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.profile import DeviceRole, MemoryProfile
 from layerfit.solver.model.costs import Costs, least_fixed, memory_costs
 from layerfit.solver.model.deployment_rules import Rules, TensorSplit, deployment_rules, most_devices
 from layerfit.solver.model.expert_costs import ExpertCosts, dense_prefix, expert_costs
 from layerfit.solver.model.scale import Scale, choose_scale, tie_break_unit
+from layerfit.solver.model.speed_costs import SpeedCosts, speed_costs, speed_key, worker_speed_key
 
 __all__ = ["GpuClass", "Instance", "Rules", "SlotKind", "TensorSplit", "WorkerView", "build_instance"]
 
@@ -60,6 +61,8 @@ class GpuClass:
     local_ok: bool
     tie_capacity: int = 0
     """Allocatable VRAM in the tie-break's coarser unit (see ``tie_break_unit``)."""
+    speed_key: tuple[object, ...] | None = None
+    """What its GPUs' speed depends on, when the instance counts time (``speed_costs.speed_key``)."""
 
     @property
     def count(self) -> int:
@@ -81,6 +84,8 @@ class WorkerView:
     """An earlier worker identical to this one for the model (symmetry breaking), if any."""
     tie_ram: int = 0
     """Allocatable RAM in the tie-break's coarser unit."""
+    speed_key: tuple[object, ...] | None = None
+    """Its CPU and network, when the instance counts time (``speed_costs.worker_speed_key``)."""
 
 
 @dataclass(frozen=True)
@@ -99,11 +104,22 @@ class Instance:
     policy: Policy
     experts: ExpertCosts | None = None
     """Where experts go is a decision (``expert_costs``); ``None``: they stay with their blocks."""
+    speed: SpeedCosts | None = None
+    """The decode time per token (``speed_costs``), when the objective is speed or the deployment
+    sets ``min_decode_tokens_per_s``; ``None``: time is not modelled."""
 
     @property
     def uniform_blocks(self) -> bool:
         """Every block costs the same (on GPU and on the host) and no expert is placed apart."""
         return self.costs.uniform_block is not None and self.experts is None
+
+    @property
+    def interchangeable_devices(self) -> bool:
+        """Swapping two devices of the same role, with their block counts, changes neither a memory
+        figure nor (when time is modelled) the time: every block costs the same everywhere, no
+        ``-ts`` fixes the order (symmetry breaking and ``canonical``)."""
+        uniform_time = self.speed is None or (self.speed.uniform and not self.speed.fixed_host_experts)
+        return self.uniform_blocks and uniform_time and self.rules.tensor_split is None
 
     @property
     def n_layers(self) -> int:
@@ -182,7 +198,10 @@ def build_instance(
 ) -> Instance:
     """Prepare one deployment for the model: rules, scaled costs, candidate workers and GPUs.
     ``experts``: where the experts go is a decision of the model. ``DeadlinePassed`` once
-    ``deadline`` has passed (checked per worker: on 1,024 GPUs this takes about 0.3 s)."""
+    ``deadline`` has passed (checked per worker: on 1,024 GPUs this takes about 0.3 s). Time is
+    modelled (``Instance.speed``) under ``objective: speed`` or a ``min_decode_tokens_per_s``; its
+    GPU classes then also split by speed (``speed_costs.speed_key``)."""
+    timed = models_time(deployment, config)
     rules = deployment_rules(deployment, profile, config, experts=experts)
     raw = memory_costs(profile)
     raw_experts = expert_costs(profile) if experts else None
@@ -205,7 +224,7 @@ def build_instance(
         )
         rpc_ok = allow_rpc and worker.allocatable_ram_bytes >= profile.rpc_host_fixed_bytes
         worker_classes = _gpu_classes(
-            worker, len(workers), floor_costs, rules, scale, selection, main_ok=main_ok, rpc_ok=rpc_ok
+            worker, len(workers), floor_costs, rules, scale, selection, main_ok=main_ok, rpc_ok=rpc_ok, timed=timed
         )
         first = len(classes)
         classes.extend(worker_classes)
@@ -217,6 +236,7 @@ def build_instance(
                 main_ok=main_ok,
                 rpc_ok=rpc_ok and any(cls.rpc_ok for cls in worker_classes),
                 classes=tuple(range(first, len(classes))),
+                speed_key=worker_speed_key(worker) if timed else None,
             )
         )
     if deadline is not None:
@@ -233,6 +253,12 @@ def build_instance(
     )
     rpc_capacity = sum(cls.count for cls in classes if cls.rpc_ok and workers[cls.worker].rpc_ok)
     rpc_slots = min(config.max_rpc_servers, max_devices, rpc_capacity) if allow_rpc else 0
+    speed = None
+    if timed:
+        refs = [(cls.worker, cls.gpu_indexes[0], cls.local_ok, cls.rpc_ok) for cls in classes]
+        leads = [view.main_ok for view in workers]
+        serves = [view.rpc_ok for view in workers]
+        speed = speed_costs(cluster, deployment, profile, refs, leads, serves, rpc_slots + local_slots)
     return Instance(
         deployment=deployment.name,
         n_blocks=profile.n_blocks,
@@ -245,7 +271,14 @@ def build_instance(
         scale=scale,
         policy=config.policy,
         experts=None if raw_experts is None else raw_experts.scaled(scale),
+        speed=speed,
     )
+
+
+def models_time(deployment: Deployment, config: PlannerConfig) -> bool:
+    """Whether a deployment's instance models the decode time: its objective is speed, or it sets
+    a minimum decode speed."""
+    return config.objective_for(deployment) is Objective.SPEED or deployment.min_decode_tokens_per_s is not None
 
 
 def _selection(cluster: Cluster, deployment: Deployment) -> frozenset[tuple[str, int]] | None:
@@ -284,18 +317,20 @@ def _gpu_classes(
     *,
     main_ok: bool,
     rpc_ok: bool,
+    timed: bool = False,
 ) -> list[GpuClass]:
     unified = worker.unified_memory
     local_floor = _min_device_bytes(costs, (DeviceRole.LOCAL, DeviceRole.MAIN), unified, rules)
     rpc_floor = _min_device_bytes(costs, (DeviceRole.RPC,), unified, rules)
-    groups: dict[tuple[str, int, bool, bool], list[Gpu]] = {}
+    groups: dict[tuple[str, int, bool, bool, tuple[object, ...] | None], list[Gpu]] = {}
     for gpu in worker.gpus:
         if selection is not None and (worker.name, gpu.index) not in selection:
             continue
         local = main_ok and gpu.allocatable_vram_bytes >= local_floor
         remote = rpc_ok and gpu.allocatable_vram_bytes >= rpc_floor
         if local or remote:
-            groups.setdefault((gpu.type, gpu.allocatable_vram_bytes, local, remote), []).append(gpu)
+            key = (gpu.type, gpu.allocatable_vram_bytes, local, remote, speed_key(worker, gpu) if timed else None)
+            groups.setdefault(key, []).append(gpu)
     ordered = sorted(groups.items(), key=lambda item: (item[0][0], -item[0][1], min(g.index for g in item[1])))
     return [
         GpuClass(
@@ -305,8 +340,9 @@ def _gpu_classes(
             capacity=scale.capacity(vram),
             rpc_ok=remote,
             local_ok=local,
+            speed_key=key,
         )
-        for (gpu_type, vram, local, remote), gpus in ordered
+        for (gpu_type, vram, local, remote, key), gpus in ordered
     ]
 
 
@@ -322,7 +358,8 @@ def _tie_break_sizes(workers: list[WorkerView], classes: list[GpuClass]) -> tupl
 
 def _mark_twins(workers: list[WorkerView], classes: list[GpuClass]) -> list[WorkerView]:
     """Link each worker to the previous one that is identical for the model (same RAM, flags and
-    GPU classes up to their indexes): swapping two such workers changes no memory figure."""
+    GPU classes up to their indexes, and when time is modelled the same CPU, network and GPU
+    speeds): swapping two such workers changes no memory figure and no time."""
     last_seen: dict[tuple[object, ...], int] = {}
     marked: list[WorkerView] = []
     for w, view in enumerate(workers):
@@ -331,8 +368,16 @@ def _mark_twins(workers: list[WorkerView], classes: list[GpuClass]) -> list[Work
             view.ram_capacity,
             view.main_ok,
             view.rpc_ok,
+            view.speed_key,
             tuple(
-                (classes[c].gpu_type, classes[c].capacity, classes[c].count, classes[c].rpc_ok, classes[c].local_ok)
+                (
+                    classes[c].gpu_type,
+                    classes[c].capacity,
+                    classes[c].count,
+                    classes[c].rpc_ok,
+                    classes[c].local_ok,
+                    classes[c].speed_key,
+                )
                 for c in view.classes
             ),
         )

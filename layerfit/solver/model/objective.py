@@ -7,6 +7,9 @@ the whole range of the tiers below it; the ranges are small, so coefficients sta
 2. fewest workers (main + rpc-server workers),
 3. fewest GPUs.
 
+Under ``objective: speed`` the strict tiers are the decode time, fewest workers, fewest GPUs
+(``speed_tiers``), with the same weights (the time's weight is the layers' weight).
+
 Then, with those fixed, the placement policy's tie-break in a second solve:
 
 * binpack: the least allocatable VRAM over the GPUs used (fill the fullest GPUs, keep big ones
@@ -70,6 +73,34 @@ def strict_tiers(instance: Instance, variables: Variables) -> StrictTiers:
         layer_weight=layer_weight,
         worker_weight=worker_weight,
     )
+
+
+@dataclass(frozen=True)
+class SpeedTiers:
+    """``objective: speed``'s strict tiers: the decode time (microseconds), workers, GPUs, and their
+    weighted sum to minimise (each weight exceeds the whole range of the tiers below it)."""
+
+    time: Expr
+    workers: Expr
+    gpus: Expr
+    combined: Expr
+    """Minimise: ``time * time_weight + workers * worker_weight + gpus``."""
+    time_weight: int
+    worker_weight: int
+
+    def value(self, time: int, workers: int, gpus: int) -> int:
+        return self.time_weight * time + self.worker_weight * workers + gpus
+
+
+def speed_tiers(instance: Instance, variables: Variables) -> SpeedTiers:
+    """The speed objective's tiers as expressions (the instance models time)."""
+    if variables.decode_us is None:
+        raise ValueError("the instance does not model time")
+    time_weight, worker_weight = strict_weights(instance)
+    workers = sum(variables.worker_used.values())
+    gpus = sum(slot.used for slot in variables.slots)
+    combined = time_weight * variables.decode_us + worker_weight * workers + gpus
+    return SpeedTiers(variables.decode_us, workers, gpus, combined, time_weight, worker_weight)
 
 
 def tie_break(model: cp_model.CpModel, instance: Instance, variables: Variables, *, uses_gpus: bool) -> Expr:

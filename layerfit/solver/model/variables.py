@@ -77,6 +77,8 @@ class Variables:
     """Exactly one is true: what the main worker's RAM besides kept blocks depends on."""
     host_experts: dict[int, IntVar] = field(default_factory=dict)
     """Expert block -> its experts stay in host RAM (empty unless ``Instance.experts``)."""
+    decode_us: IntVar | None = None
+    """The decode time per token in microseconds (``constraints.speed``), when time is modelled."""
 
     @property
     def slots(self) -> tuple[SlotVars, ...]:
@@ -154,4 +156,10 @@ def make_variables(model: cp_model.CpModel, instance: Instance) -> Variables:
         host_experts={}
         if instance.experts is None
         else {block: model.new_bool_var(f"host_experts{block}") for block in instance.experts.blocks},
+        decode_us=None if instance.speed is None else model.new_int_var(0, _time_bound(instance), "decode_us"),
     )
+
+
+def _time_bound(instance: Instance) -> int:
+    assert instance.speed is not None
+    return instance.speed.time_upper_bound(instance.rpc_slots + instance.local_slots)

@@ -13,6 +13,14 @@ worker count, nor the GPU count. Repeating
 the exchange ends at an unpruned worker. So removing ``B`` from that role keeps an optimum of the
 strict tiers. It may lose the tie-break optimum (binpack prefers smaller GPUs), so the tie-break
 stage runs on the unpruned candidates.
+
+Where the instance models time (``Instance.speed``: ``objective: speed``, or a minimum speed), ``D``
+must also be at least as fast as ``B`` in that role: each of its GPUs (paired as above, equal
+sizes faster first) runs every block, with and without its experts, the output layer and its
+fixed cost in no more time than ``B``'s; as main, its CPU is no slower and its links to every
+network no worse; as an rpc-server worker, its link from every main network no worse. The
+exchange then changes no worker or GPU count and no time upwards, so an optimum of the speed tiers
+(and the minimum speed) is kept.
 """
 
 from __future__ import annotations
@@ -48,32 +56,54 @@ def prune_dominated(instance: Instance, others: int | None = None) -> Instance:
     return replace(instance, workers=workers, classes=classes)
 
 
-def _profile(instance: Instance, w: int, kind: SlotKind, slots: int) -> tuple[int, ...] | None:
-    """The worker's candidate GPU capacities for a role, largest first, padded to ``slots``."""
+Profile = tuple[tuple[int, ...], tuple[int | None, ...]]
+"""A worker's candidate GPUs for a role: capacities, largest first (equal ones fastest first), and
+each one's speed table (``None`` without time, and for the padding)."""
+
+
+def _profile(instance: Instance, w: int, kind: SlotKind, slots: int) -> Profile | None:
+    """The worker's candidate GPUs for a role, largest first, padded to ``slots``."""
     view = instance.workers[w]
     if (kind is SlotKind.RPC and not view.rpc_ok) or (kind is SlotKind.LOCAL and not view.main_ok):
         return None
-    eligible = [
-        instance.classes[c]
-        for c in view.classes
-        if (instance.classes[c].rpc_ok if kind is SlotKind.RPC else instance.classes[c].local_ok)
-    ]
-    capacities = sorted((cls.capacity for cls in eligible for _ in range(cls.count)), reverse=True)[:slots]
-    return (*capacities, *([0] * (slots - len(capacities))))
+    speed = instance.speed
+    rpc = kind is SlotKind.RPC
+    eligible = [c for c in view.classes if (instance.classes[c].rpc_ok if rpc else instance.classes[c].local_ok)]
+
+    def table(c: int) -> int | None:
+        if speed is None:
+            return None
+        return speed.rpc_table[c] if kind is SlotKind.RPC else speed.local_table[c]
+
+    def slowness(t: int | None) -> int:
+        return 0 if speed is None or t is None else speed.tables[t].prefix[-1]
+
+    gpus = sorted(
+        ((instance.classes[c].capacity, table(c)) for c in eligible for _ in range(instance.classes[c].count)),
+        key=lambda gpu: (-gpu[0], slowness(gpu[1])),
+    )[:slots]
+    padding = slots - len(gpus)
+    return (*(g[0] for g in gpus), *([0] * padding)), (*(g[1] for g in gpus), *([None] * padding))
 
 
 def _dominated(instance: Instance, kind: SlotKind, slots: int, others: int) -> frozenset[int]:
     if slots == 0:
         return frozenset()
-    profiles = {w: p for w in range(len(instance.workers)) if (p := _profile(instance, w, kind, slots)) is not None}
-    if len(profiles) <= others + 1:
+    found = {w: p for w in range(len(instance.workers)) if (p := _profile(instance, w, kind, slots)) is not None}
+    if len(found) <= others + 1:
         return frozenset()
+    profiles = {w: p[0] for w, p in found.items()}
+    tables = {w: p[1] for w, p in found.items()}
+
+    def _dominates_here(d: int, b: int) -> bool:
+        return _dominates(instance, d, b, profiles) and _faster(instance, kind, d, b, tables)
+
     order = sorted(profiles, key=lambda w: (sum(profiles[w]), instance.workers[w].ram_capacity), reverse=True)
     pruned: set[int] = set()
     for position, b in enumerate(order):
         dominators = 0
         for d in order[:position]:
-            if _dominates(instance, d, b, profiles):
+            if _dominates_here(d, b):
                 dominators += 1
                 if dominators > others:
                     pruned.add(b)
@@ -82,7 +112,7 @@ def _dominated(instance: Instance, kind: SlotKind, slots: int, others: int) -> f
         for d in order[position + 1 :]:
             if b in pruned or sum(profiles[d]) < sum(profiles[b]):
                 break
-            if _dominates(instance, d, b, profiles):
+            if _dominates_here(d, b):
                 dominators += 1
                 if dominators > others:
                     pruned.add(b)
@@ -97,3 +127,27 @@ def _dominates(instance: Instance, d: int, b: int, profiles: dict[int, tuple[int
     if any(x < y for x, y in zip(pd, pb, strict=True)):
         return False
     return pd != pb or vd.ram_capacity != vb.ram_capacity or d < b
+
+
+def _faster(instance: Instance, kind: SlotKind, d: int, b: int, tables: dict[int, tuple[int | None, ...]]) -> bool:
+    """``d`` is at least as fast as ``b`` in the role (always, without time; see the module)."""
+    speed = instance.speed
+    if speed is None:
+        return True
+    for mine, theirs in zip(tables[d], tables[b], strict=True):
+        if theirs is not None and (mine is None or not speed.tables[mine].at_least_as_fast(speed.tables[theirs])):
+            return False
+    nets = set(speed.net_of)
+    if kind is SlotKind.RPC:
+        pairs = [((a, speed.net_of[d]), (a, speed.net_of[b])) for a in nets]
+    else:
+        host_d, host_b = speed.host_of[d], speed.host_of[b]
+        if host_d is None or host_b is None or not speed.hosts[host_d].at_least_as_fast(speed.hosts[host_b]):
+            return False
+        pairs = [((speed.net_of[d], a), (speed.net_of[b], a)) for a in nets]
+    for mine_pair, their_pair in pairs:
+        theirs_link = speed.links.get(their_pair)
+        mine_link = speed.links.get(mine_pair)
+        if theirs_link is not None and (mine_link is None or not mine_link.at_most(theirs_link)):
+            return False
+    return True

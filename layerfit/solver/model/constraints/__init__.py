@@ -11,6 +11,7 @@ from layerfit.solver.model.constraints import (
     ram,
     roles,
     rules,
+    speed,
     symmetry,
     tensor_split,
     vram,
@@ -30,5 +31,7 @@ def post_all(model: cp_model.CpModel, instance: Instance, variables: Variables, 
     ram.post(model, instance, variables)
     if instance.experts is not None:
         experts.post(model, instance.experts, variables)
+    if instance.speed is not None:
+        speed.post(model, instance, variables)
     if break_symmetry:
         symmetry.post(model, instance, variables)

@@ -3,9 +3,10 @@
 * Identical workers (``WorkerView.twin_of``): the earlier one is main before the later one, and
   takes part before it. Any layout maps onto one that satisfies this by swapping the two.
 * With blocks all alike and no ``-ts``, swapping two devices of the same role (with their block
-  counts) changes no memory figure, so RPC slots, and local slots before the main GPU, are put in
-  class order. The last device is left out: it holds the output layer. So is the first slot of
-  each group when the first device of a full offload has a cost of its own
+  counts) changes no memory figure (and, where time is modelled and every block takes the same time
+  on each GPU, no time: ``Instance.interchangeable_devices``), so RPC slots, and local slots before
+  the main GPU, are put in class order. The last device is left out: it holds the output layer. So
+  is the first slot of each group when the first device of a full offload has a cost of its own
   (``first_device_compute_bytes``): swapping it with another changes both GPUs' figures.
 
 Identical GPUs of one worker need no breaking: they are one class with a count.
@@ -23,7 +24,7 @@ from layerfit.solver.model.variables import Expr, SlotVars, Variables
 
 def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> None:
     _twin_workers(model, instance, variables)
-    if instance.uniform_blocks and instance.rules.tensor_split is None:
+    if instance.interchangeable_devices:
         skip = ordered_from(instance)
         for group in (variables.rpc, variables.local):
             for earlier, later in itertools.pairwise(group[skip:]):
