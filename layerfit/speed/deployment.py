@@ -28,7 +28,9 @@ def deployment_settings(deployment: Deployment, profile: MemoryProfile) -> Speed
 def speed_layout(profile: MemoryProfile, layout: Layout) -> Layout:
     """The layout as the speed model must see it: the host experts of a stand-in profile
     (``MemoryProfile.stand_in_host_experts``) named in it."""
-    return layout.with_host_experts(profile.stand_in_host_experts or ())
+    if not profile.stand_in_host_experts:
+        return layout
+    return layout.with_host_experts({*profile.stand_in_host_experts, *layout.host_expert_blocks})
 
 
 def deployment_speed(

@@ -253,10 +253,14 @@ def speed_costs(
             if not allowed:
                 keys.append(None)
                 continue
+            others = [v.name for v in workers if v.name != worker.name]
+            if not role_local and not others:  # no main worker it could serve
+                keys.append(None)
+                continue
             owner = _host_key(worker, threads if role_local else None) if on_cpu else None
             table_key = (_gpu_key(gpu), role_local, owner)
             if table_key not in table_keys:
-                main = worker.name if role_local else next(v.name for v in workers if v.name != worker.name)
+                main = worker.name if role_local else others[0]
                 table_keys[table_key] = (main, (worker.name, index), role_local)
                 requests.ask(main, [(worker.name, index)])
             keys.append(table_key)

@@ -6,8 +6,9 @@ set is reproducible (``truncated`` in the stats when the budget cut it; ``safety
 the wall clock did).
 
 **Twin swaps first** (shortcut ``twin-swap``): a worker of the best layout traded for an unused
-worker with the same memory type, allocatable RAM and GPUs (type and allocatable VRAM) changes no
-memory figure and no tie-break score, so when ``check`` accepts the result it is as good as the
+worker with the same memory type, allocatable RAM and GPUs (type and allocatable VRAM; where time
+is modelled, also the same CPU, network and GPU speeds) changes no memory figure, no time and no
+tie-break score, so when ``check`` accepts the result it is as good as the
 best on every tier, tie-break included, and on another GPU set: an alternative found without
 CP-SAT. (The model's symmetry breaking keeps such swaps out of its own re-solves.) The re-solves
 then exclude those GPU sets too, and come after them: best tie-break first still holds.
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from ortools.sat.python import cp_model
 
 from layerfit.check import check_layout
-from layerfit.domain.cluster import Cluster, Worker
+from layerfit.domain.cluster import Cluster, Gpu, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import DeviceAssignment, Layout
@@ -34,10 +35,11 @@ from layerfit.domain.plan import Candidate
 from layerfit.domain.profile import MemoryProfile
 from layerfit.solver.model.build import BuiltModel, build_model
 from layerfit.solver.model.candidates import candidate_of, checked_candidate
-from layerfit.solver.model.instance import Instance
+from layerfit.solver.model.instance import Instance, models_time
 from layerfit.solver.model.objective import strict_tiers, tie_break
 from layerfit.solver.model.progress import tie_break_measure
 from layerfit.solver.model.runner import Run, run
+from layerfit.solver.model.speed_costs import speed_key, worker_speed_key
 from layerfit.solver.model.variables import IntVar, Variables
 from layerfit.solver.search.trace import Clock, SearchOutcome, Trace, stage_name
 
@@ -180,7 +182,7 @@ def twin_alternatives(
     accepts it and its score equals ``best``'s."""
     score = candidate_of(cluster, deployment, profile, config, best).score
     found: list[Candidate] = []
-    for layout in twin_layouts(cluster, best):
+    for layout in twin_layouts(cluster, best, timed=models_time(deployment, config)):
         if len(found) >= count:
             break
         if check_layout(cluster, deployment, profile, layout, config):
@@ -191,34 +193,43 @@ def twin_alternatives(
     return found
 
 
-def _signature(worker: Worker) -> tuple[object, ...]:
-    """What the memory model and the tie-break see of a worker."""
-    gpus = tuple(sorted((gpu.type, gpu.allocatable_vram_bytes) for gpu in worker.gpus))
-    return (worker.unified_memory, worker.allocatable_ram_bytes, gpus)
+def _gpu_order(worker: Worker, gpu: Gpu, timed: bool) -> tuple[object, ...]:
+    """What the memory model and the tie-break (and, where time is modelled, the speed model) see
+    of a GPU."""
+    return (gpu.type, gpu.allocatable_vram_bytes, *((repr(speed_key(worker, gpu)),) if timed else ()))
 
 
-def _gpu_map(original: Worker, twin: Worker) -> dict[int, int]:
+def _signature(worker: Worker, timed: bool) -> tuple[object, ...]:
+    """What the memory model and the tie-break see of a worker; where time is modelled, also its
+    CPU, its network and its GPUs' speeds (a twin is then as fast)."""
+    gpus = tuple(sorted(_gpu_order(worker, gpu, timed) for gpu in worker.gpus))
+    speed = repr(worker_speed_key(worker)) if timed else ""
+    return (worker.unified_memory, worker.allocatable_ram_bytes, gpus, speed)
+
+
+def _gpu_map(original: Worker, twin: Worker, timed: bool) -> dict[int, int]:
     """Each GPU index of ``original`` -> the index of the GPU of ``twin`` in the same place when
-    both are sorted by type, allocatable VRAM and index (same signature: same types and sizes)."""
+    both are sorted by what ``_signature`` sees, then index (same signature: same GPUs)."""
 
     def order(worker: Worker) -> list[int]:
-        ranked = sorted(worker.gpus, key=lambda gpu: (gpu.type, gpu.allocatable_vram_bytes, gpu.index))
+        ranked = sorted(worker.gpus, key=lambda gpu: (_gpu_order(worker, gpu, timed), gpu.index))
         return [gpu.index for gpu in ranked]
 
     return dict(zip(order(original), order(twin), strict=True))
 
 
-def twin_layouts(cluster: Cluster, layout: Layout) -> Iterator[Layout]:
+def twin_layouts(cluster: Cluster, layout: Layout, *, timed: bool = False) -> Iterator[Layout]:
     """``layout`` with one of its workers (in ``layout.workers`` order) traded for an unused worker
-    of the same signature (in cluster order), its GPUs mapped one to one by type and size."""
+    of the same signature (in cluster order), its GPUs mapped one to one by type and size (and,
+    ``timed``, speed)."""
     used = set(layout.workers)
     for name in layout.workers:
         original = cluster.worker(name)
-        signature = _signature(original)
+        signature = _signature(original, timed)
         for twin in cluster.workers:
-            if twin.name in used or _signature(twin) != signature:
+            if twin.name in used or _signature(twin, timed) != signature:
                 continue
-            gpu_map = _gpu_map(original, twin)
+            gpu_map = _gpu_map(original, twin, timed)
             devices = tuple(
                 device
                 if device.worker != name

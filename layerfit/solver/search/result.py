@@ -18,6 +18,9 @@ class TierValues(Frozen):
     gpus: NonNegInt
     tie_break: float
     """The policy's tie-break in MiB, higher is better (see ``objective.placement_score``)."""
+    decode_us: NonNegInt | None = None
+    """Under ``objective: speed``: the decode time per token in the model's units (whole
+    microseconds, ``solver.model.speed_costs``), the first tier."""
 
 
 class SolveResult(Frozen):

@@ -32,7 +32,7 @@ from layerfit.budget.deadline import DeadlinePassed
 from layerfit.budget.work import Work
 from layerfit.check import check_layout
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import PlannerConfig
+from layerfit.domain.config import Objective, PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import Candidate, Status
@@ -89,7 +89,8 @@ def solve(
     shortcuts: bool = True,
     work: Work | None = None,
 ) -> SolveResult:
-    """The provably best layout for one deployment under the objective tiers of ``docs/design.md``.
+    """The provably best layout for one deployment under the objective tiers of ``docs/design.md``
+    (``objective: speed``: ``speed_search``).
 
     ``hint`` (the heuristic's best layout) seeds the search; it need not be valid. A valid hint is
     the incumbent: the answer is never worse than it, and never UNKNOWN or INFEASIBLE.
@@ -100,6 +101,10 @@ def solve(
     ``work``: what the solve may spend, and its safety stop (default ``Work.of(config.time_limit_s)``).
     """
     clock = Clock(work if work is not None else Work.of(config.time_limit_s))
+    if config.objective_for(deployment) is Objective.SPEED:
+        from layerfit.solver.search.speed_search import solve_for_speed
+
+        return solve_for_speed(cluster, deployment, profile, config, hint, clock, shortcuts=shortcuts)
     if experts_are_a_decision(deployment, profile, config):
         from layerfit.solver.search.expert_search import solve_with_experts
 

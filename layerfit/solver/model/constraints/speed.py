@@ -204,7 +204,9 @@ def _slot_time(
     by_table: dict[int, list[Literal]] = {}
     for c, assigned in slot.assign.items():
         t = table_of[c]
-        if t is not None:
+        if t is None:  # a class without this role's table (no other worker to serve): never chosen
+            model.add(assigned == 0)
+        else:
             by_table.setdefault(t, []).append(assigned)
     parts: list[Expr] = []
     moves = bool(chains.moved)

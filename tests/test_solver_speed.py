@@ -1,0 +1,266 @@
+"""``objective: speed``: the solver's optimum equals brute force over every layout, in the model's
+units, on tiny clusters of mixed GPU speeds, links and CPUs; each layout's time in the model is its
+predicted time within the stated rounding bound, and CP-SAT's ``decode_us`` is the same sum.
+
+The brute force counts a layout's time from the instance's rounded figures (``time_us`` below,
+worked out from ``SpeedCosts`` as the ``speed_costs`` docstring writes the sum), checks it against
+CP-SAT on a sample and against ``speed.predict`` on every valid layout, and takes the best
+(time, workers, GPUs), then the best tie-break score among those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from test_solver_experts import moe_profiles, with_every_expert_set
+from test_solver_properties import SLOW, all_layouts, clusters, configs, deployments, profiles
+
+from layerfit import heuristics
+from layerfit.budget.work import Work
+from layerfit.check import check_layout, unified_workers
+from layerfit.domain import Cluster, Deployment, Gpu, Layout, MemoryProfile, PlannerConfig, Status, Worker
+from layerfit.domain.cluster import Network
+from layerfit.domain.config import Objective
+from layerfit.domain.deployment import ModelKind
+from layerfit.domain.speed import SpeedShape
+from layerfit.memory import claims
+from layerfit.memory.experts import experts_are_a_decision
+from layerfit.solver import SolveResult, solve
+from layerfit.solver.model.build import build_model
+from layerfit.solver.model.instance import Instance, build_instance
+from layerfit.solver.model.objective import placement_score
+from layerfit.solver.model.runner import complete_hint
+from layerfit.speed.deployment import deployment_speed
+
+MB = 10**6
+GPU_NAMES = ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3060", "Tesla T4", "", "CPU")
+"""Fast, slower, slow, unknown (the table's slowest, stated), and ggml's CPU backend."""
+
+
+@st.composite
+def speed_facts(draw: st.DrawFn, where: Cluster) -> Cluster:
+    """The cluster with each GPU's name drawn, and each worker's RAM bandwidth, threads and link."""
+    networks = st.none() | st.builds(
+        Network, rtt_ms=st.sampled_from([0.1, 1.0, 4.0]), bandwidth_gbps=st.sampled_from([None, 1.0, 25.0])
+    )
+    workers = []
+    for worker in where.workers:
+        gpus = tuple(gpu.model_copy(update={"name": draw(st.sampled_from(GPU_NAMES))}) for gpu in worker.gpus)
+        update = {
+            "gpus": gpus,
+            "ram_bandwidth_gbps": draw(st.sampled_from([None, 20.0, 200.0])),
+            "cpu_threads": draw(st.sampled_from([None, 2, 16])),
+            "network": draw(networks),
+        }
+        workers.append(worker.model_copy(update=update))
+    return Cluster(workers=tuple(workers))
+
+
+@st.composite
+def with_speed_shape(draw: st.DrawFn, profile: MemoryProfile) -> MemoryProfile:
+    """The profile (its memory figures small and exact in the model's units) with what a token
+    reads and computes per block drawn apart, at sizes of real models (100 MB to 2 GB a block):
+    the times are those of real layouts, the memory model stays exact."""
+    n = profile.n_blocks
+    experts = profile.block_expert_bytes is not None
+
+    def per_block(low: int, high: int) -> tuple[int, ...]:
+        return tuple(draw(st.lists(st.integers(low, high), min_size=n, max_size=n)))
+
+    dense = per_block(100 * MB, 2000 * MB)
+    expert_bytes = tuple(b * 10 * MB if profile.expert_bytes(i) else 0 for i, b in enumerate(per_block(10, 300)))
+    shape = SpeedShape(
+        block_dense_bytes=dense,
+        block_expert_bytes=expert_bytes if experts else (0,) * n,
+        expert_count=8 if experts else 0,
+        expert_used_count=2 if experts else 0,
+        block_kv_position_bytes=per_block(0, 200_000),
+        block_window=(0,) * n,
+        block_state_bytes=(0,) * n,
+        block_dense_flops=tuple(2 * b for b in dense),
+        block_expert_flops=tuple(2 * b for b in expert_bytes) if experts else (0,) * n,
+        block_attention_flops=per_block(0, 100_000),
+        output_bytes=draw(st.integers(0, 800 * MB)),
+        output_flops=draw(st.integers(0, 1600 * MB)),
+        embedding_length=draw(st.sampled_from([2048, 8192])),
+        vocab_size=draw(st.sampled_from([32_000, 150_000])),
+        ctx=4096,
+    )
+    return profile.model_copy(update={"speed": shape})
+
+
+@st.composite
+def roomy_clusters(draw: st.DrawFn, profile: MemoryProfile, max_workers: int = 3) -> Cluster:
+    """Workers with plenty of RAM and 0-2 GPUs each holding about 0-3 of the profile's blocks beside
+    their fixed costs: layouts over several GPUs and workers, and partial offloads, are common."""
+    block = max(profile.block_weight_bytes) + max(profile.block_kv_bytes)
+    fixed = max(
+        role.fixed_bytes + max(role.compute.full_offload_bytes, role.compute.partial_offload_bytes)
+        for role in (profile.main, profile.local, profile.rpc)
+    )
+    ram = 4 * (sum(profile.block_weight_bytes) + sum(profile.block_kv_bytes)) + 4096
+    workers = []
+    for i in range(draw(st.integers(1, max_workers))):
+        sizes = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(0, 2)))]
+        vram = [fixed + profile.output_weight_bytes + blocks * block for blocks in sizes]
+        gpus = tuple(Gpu(index=j, total_vram_bytes=v, allocatable_vram_bytes=v) for j, v in enumerate(vram))
+        workers.append(Worker(id=f"w{i}", name=f"w{i}", total_ram_bytes=ram, allocatable_ram_bytes=ram, gpus=gpus))
+    return Cluster(workers=tuple(workers))
+
+
+def time_us(instance: Instance, layout: Layout) -> int:
+    """A layout's time from the instance's rounded figures (the ``speed_costs`` module's sum)."""
+    costs = instance.speed
+    assert costs is not None
+    main = instance.worker_index(layout.main_worker)
+    assert main is not None
+    host_index = costs.host_of[main]
+    assert host_index is not None
+    host = costs.hosts[host_index]
+    moved = set(layout.host_expert_blocks) | {b for b in costs.fixed_host_experts if b >= layout.cpu_blocks}
+    total = host.fixed + host.prefix[layout.cpu_blocks] + (0 if layout.output_offloaded else host.output)
+    total += sum(host.experts[b] for b in moved)
+    for position, device in enumerate(layout.devices):
+        c = instance.class_of(device.worker, device.gpu_index)
+        assert c is not None
+        local = device.worker == layout.main_worker
+        index = costs.local_table[c] if local else costs.rpc_table[c]
+        assert index is not None
+        table = costs.tables[index]
+        blocks = layout.block_range(position)
+        mine = [b for b in blocks if b in moved]
+        last = layout.output_offloaded and position == len(layout.devices) - 1
+        total += table.prefix[blocks.stop] - table.prefix[blocks.start] - sum(table.saving[b] for b in mine)
+        total += table.output if last else 0
+        if local:
+            total += table.device + table.switch * len(mine)
+        else:
+            server = instance.worker_index(device.worker)
+            assert server is not None
+            link = costs.link(main, server)
+            assert link is not None
+            total += link.hop + link.switch * len(mine) + (link.logits if last else 0)
+    return total
+
+
+def model_time(instance: Instance, layout: Layout, config: PlannerConfig) -> int | None:
+    """CP-SAT's ``decode_us`` for the layout (its decisions fixed), ``None`` when the model refuses it."""
+    built = build_model(instance, break_symmetry=False)
+    how, solution = complete_hint(built, layout, config, Work.of(10.0), 5.0)
+    if how != "accepted":
+        return None
+    assert built.variables.decode_us is not None
+    return solution[built.variables.decode_us.index]
+
+
+def speed_key(instance: Instance, layout: Layout) -> tuple[int, int, int]:
+    return time_us(instance, layout), len(layout.workers), len(layout.devices)
+
+
+def accepted(
+    where: Cluster, dep: Deployment, profile: MemoryProfile, config: PlannerConfig, instance: Instance, layout: Layout
+) -> bool:
+    """What the model accepts: every rule (``check``) and, with a minimum speed, a time in the model
+    within its limit (``SpeedCosts.limit_us``: the minimum less the rounding bound)."""
+    if check_layout(where, dep, profile, layout, config):
+        return False
+    limit = instance.speed.limit_us if instance.speed is not None else None
+    return limit is None or time_us(instance, layout) <= limit
+
+
+def assert_brute_force(
+    where: Cluster,
+    dep: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    result: SolveResult,
+    layouts: Iterable[Layout],
+    decided: bool,
+) -> None:
+    instance = build_instance(where, dep, profile, config, experts=decided)
+    assert instance.speed is not None
+    every = list(layouts)
+    valid = [layout for layout in every if accepted(where, dep, profile, config, instance, layout)]
+    error_ms = instance.speed.error_us / 1000
+    for layout in valid:  # the rounding bound holds on every layout
+        predicted = deployment_speed(where, dep, profile, layout).decode_ms_per_token
+        assert abs(time_us(instance, layout) / 1000 - predicted) <= error_ms
+    if not valid:
+        event("infeasible")
+        assert result.status is Status.INFEASIBLE
+        return
+    assert result.status is Status.OPTIMAL
+    assert result.best is not None and result.tiers is not None
+    best = min(speed_key(instance, layout) for layout in valid)
+    found = speed_key(instance, result.best.layout)
+    assert found == best
+    assert (result.tiers.decode_us, result.tiers.workers, result.tiers.gpus) == best
+    event(f"{best[1]} workers, {best[2]} GPUs")
+    unified = unified_workers(where)
+    scores = [
+        placement_score(where, config.policy, layout, claims(profile, layout, unified))
+        for layout in valid
+        if speed_key(instance, layout) == best
+    ]
+    assert result.tiers.tie_break == pytest.approx(max(scores), abs=1e-12)
+    for candidate in result.alternatives:
+        assert speed_key(instance, candidate.layout) == best
+        assert check_layout(where, dep, profile, candidate.layout, config) == ()
+    for layout in [result.best.layout, *valid[:2]]:  # CP-SAT's decode_us is the same sum
+        assert model_time(instance, layout, config) == time_us(instance, layout)
+
+
+def speed_deployment(draw: st.DrawFn, where: Cluster, profile: MemoryProfile) -> Deployment:
+    """``deployments``' rules, mostly with CPU offloading and distribution allowed (where speed
+    choices are), sometimes with a minimum speed."""
+    dep = draw(deployments(where, profile, with_split=True))
+    update = {
+        "objective": Objective.SPEED,
+        "min_decode_tokens_per_s": draw(st.none() | st.none() | st.sampled_from([1.0, 5.0, 20.0])),
+    }
+    if draw(st.integers(0, 3)):
+        update |= {"cpu_offloading": True, "distributed_inference_across_workers": True, "kind": ModelKind.LLM}
+    return dep.model_copy(update=update)
+
+
+@settings(SLOW, max_examples=50)
+@given(data=st.data())
+def test_speed_optimum_equals_brute_force(data: st.DataObject) -> None:
+    profile = data.draw(with_speed_shape(data.draw(profiles(max_blocks=3))))
+    where = data.draw(speed_facts(data.draw(clusters(max_gpus=3, max_workers=3, top=900))))
+    dep = speed_deployment(data.draw, where, profile)
+    config = data.draw(configs())
+    hint = heuristics.plan(where, dep, config, profile).layout if data.draw(st.booleans()) else None
+    result = solve(where, dep, profile, config, hint=hint)
+    assert_brute_force(where, dep, profile, config, result, all_layouts(where, profile.n_blocks), decided=False)
+
+
+@settings(SLOW, max_examples=30)
+@given(data=st.data())
+def test_speed_optimum_with_experts_as_a_decision_equals_brute_force(data: st.DataObject) -> None:
+    profile = data.draw(with_speed_shape(data.draw(moe_profiles(max_blocks=3))))
+    cluster = clusters(max_gpus=2, max_workers=2, top=900) | roomy_clusters(profile, max_workers=2)
+    where = data.draw(speed_facts(data.draw(cluster)))
+    dep = speed_deployment(data.draw, where, profile)
+    dep = dep.model_copy(update={"cpu_offloading": True, "kind": ModelKind.LLM})
+    config = data.draw(configs())
+    decided = experts_are_a_decision(dep, profile, config)
+    assert decided
+    result = solve(where, dep, profile, config)
+    layouts = with_every_expert_set(profile, all_layouts(where, profile.n_blocks), decided)
+    assert_brute_force(where, dep, profile, config, result, layouts, decided=True)
+
+
+@settings(SLOW, max_examples=40)
+@given(data=st.data())
+def test_speed_optimum_over_several_gpus_and_workers_equals_brute_force(data: st.DataObject) -> None:
+    profile = data.draw(with_speed_shape(data.draw(profiles(max_blocks=3))))
+    where = data.draw(speed_facts(data.draw(roomy_clusters(profile))))
+    dep = speed_deployment(data.draw, where, profile)
+    config = data.draw(configs())
+    hint = heuristics.plan(where, dep, config, profile).layout if data.draw(st.booleans()) else None
+    result = solve(where, dep, profile, config, hint=hint)
+    assert_brute_force(where, dep, profile, config, result, all_layouts(where, profile.n_blocks), decided=False)
