@@ -264,3 +264,38 @@ def test_speed_optimum_over_several_gpus_and_workers_equals_brute_force(data: st
     hint = heuristics.plan(where, dep, config, profile).layout if data.draw(st.booleans()) else None
     result = solve(where, dep, profile, config, hint=hint)
     assert_brute_force(where, dep, profile, config, result, all_layouts(where, profile.n_blocks), decided=False)
+
+
+@settings(SLOW, max_examples=40)
+@given(data=st.data())
+def test_the_layers_objective_keeps_a_minimum_speed(data: st.DataObject) -> None:
+    """Under ``objective: layers`` a minimum speed is a rule: the layers-first optimum over the
+    layouts the model accepts (their time within the minimum less the rounding bound), every
+    shortcut of the layers search included."""
+    profile = data.draw(with_speed_shape(data.draw(profiles(max_blocks=3))))
+    where = data.draw(speed_facts(data.draw(clusters(max_gpus=3, max_workers=3, top=900) | roomy_clusters(profile))))
+    dep = speed_deployment(data.draw, where, profile)
+    dep = dep.model_copy(update={"objective": None, "min_decode_tokens_per_s": data.draw(st.sampled_from([1.0, 5.0]))})
+    config = data.draw(configs())
+    hint = heuristics.plan(where, dep, config, profile).layout if data.draw(st.booleans()) else None
+    result = solve(where, dep, profile, config, hint=hint)
+    instance = build_instance(where, dep, profile, config)
+    valid = [
+        layout
+        for layout in all_layouts(where, profile.n_blocks)
+        if accepted(where, dep, profile, config, instance, layout)
+    ]
+    if not valid:
+        event("infeasible")
+        assert result.status is Status.INFEASIBLE
+        return
+    assert result.status is Status.OPTIMAL and result.best is not None and result.tiers is not None
+    best = max(layers_key(layout) for layout in valid)
+    assert layers_key(result.best.layout) == best
+    event(f"{best[0]} layers, {-best[1]} workers")
+    for candidate in (result.best, *result.alternatives):
+        assert check_layout(where, dep, profile, candidate.layout, config) == ()
+
+
+def layers_key(layout: Layout) -> tuple[int, int, int]:
+    return layout.gpu_layers, -len(layout.workers), -len(layout.devices)
