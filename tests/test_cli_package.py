@@ -24,6 +24,8 @@ def test_examples_are_written_from_the_package_and_plan(capsys: pytest.CaptureFi
         "fleet.yaml",
         "layout.yaml",
         "moe-cluster.yaml",
+        "speed-cluster.yaml",
+        "speed-deployment.yaml",
         "too-big.yaml",
     ]
     for name in written:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import OffloadOrder, PlannerConfig, Policy
+from layerfit.domain.config import Objective, OffloadOrder, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.layout import Claims
 from layerfit.domain.params import LlamaParams
@@ -30,7 +30,16 @@ def planner_config(args: argparse.Namespace, **settings: Any) -> PlannerConfig:
     }
     if "policy" in args:
         data |= {"policy": Policy(args.policy), "time_limit_s": args.time_limit}
+    if getattr(args, "objective", None) is not None:
+        data["objective"] = Objective(args.objective)
     return load_model(PlannerConfig, data, "command line")
+
+
+def check_objective(args: argparse.Namespace, deployment: Deployment) -> None:
+    """``--objective`` and a deployment file's ``objective`` must not contradict each other."""
+    given = getattr(args, "objective", None)
+    if given is not None and deployment.objective is not None and deployment.objective.value != given:
+        raise InputError("--objective", f"{given} contradicts the deployment's objective: {deployment.objective.value}")
 
 
 _MODEL_OPTIONS = (
@@ -39,15 +48,23 @@ _MODEL_OPTIONS = (
     ("distributed", "--distributed", "distributed_inference_across_workers"),
     ("gpus", "--gpus", "gpu_selection"),
     ("kind", "--kind", "kind"),
+    ("min_decode_tokens_per_s", "--min-decode-tokens-per-s", "min_decode_tokens_per_s"),
 )
 """Options that describe the deployment given by ``--model`` (attribute, option, deployment field)."""
+
+
+def _given(value: object) -> bool:
+    """An option was given: set, and not a switch left off (a number 0 is given)."""
+    return value is not None and value is not False and value != ""
 
 
 def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]) -> Deployment:
     if args.deployment is not None:
         if args.model is not None or backend_parameters:
             raise InputError("--deployment", "give either a deployment file or --model with llama.cpp parameters")
-        given = next(((option, field) for name, option, field in _MODEL_OPTIONS if getattr(args, name)), None)
+        given = next(
+            ((option, field) for name, option, field in _MODEL_OPTIONS if _given(getattr(args, name, None))), None
+        )
         if given is not None:  # it was ignored: the file's own field applied
             option, field = given
             raise InputError(option, f"applies to --model only; with --deployment, set {field} in the file")
@@ -62,6 +79,8 @@ def deployment_from_args(args: argparse.Namespace, backend_parameters: list[str]
         "distributed_inference_across_workers": args.distributed,
         "kind": ModelKind(args.kind or ModelKind.LLM.value),
     }
+    if getattr(args, "min_decode_tokens_per_s", None) is not None:
+        data["min_decode_tokens_per_s"] = args.min_decode_tokens_per_s
     if args.gpus is not None:
         data["gpu_selection"] = args.gpus.split(",")
     return load_model(Deployment, data, "command line")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from layerfit.cli.common import EXAMPLES, HELP_FORMAT, SUBCOMMANDS, add_build_arguments, exit_code, seconds
-from layerfit.domain.choices import ModelKind, Policy
+from layerfit.domain.choices import ModelKind, Objective, Policy
 
 
 def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
@@ -14,6 +14,7 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
 
     cluster = load_file(Cluster, args.cluster)  # first: a bad cluster file answers before the rest loads
     from layerfit.cli.inputs import (
+        check_objective,
         check_plot_target,
         check_selection,
         deployment_from_args,
@@ -29,6 +30,7 @@ def cmd_plan(args: argparse.Namespace, rest: list[str]) -> int:
     deployment = deployment_from_args(args, rest)
     check_selection(cluster, deployment, args.deployment or "--gpus")
     config = planner_config(args)
+    check_objective(args, deployment)
     layout = load_file(Layout, args.layout) if args.layout is not None else None
     from layerfit.planning import planner  # after the inputs: a bad file answers before OR-Tools loads
 
@@ -76,6 +78,19 @@ def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=[k.value for k in ModelKind], help="the model's kind (default llm)")
     parser.add_argument("--layout", help="evaluate this layout instead of searching for one")
     parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.BINPACK.value)
+    parser.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        help="what the best layout is: layers (GPUStack's order: most layers on GPUs, then fewest workers and "
+        "GPUs; the default) or speed (the fastest predicted decode, then fewest workers and GPUs); a deployment "
+        "file's objective field says the same",
+    )
+    parser.add_argument(
+        "--min-decode-tokens-per-s",
+        type=float,
+        metavar="RATE",
+        help="with --model: the slowest predicted decode speed a layout may have (tokens/s, one sequence)",
+    )
     parser.add_argument("--time-limit", type=seconds, default=10.0, help="solver time limit in seconds (default 10)")
     add_build_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

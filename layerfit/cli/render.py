@@ -200,7 +200,7 @@ def stats_line(stats: EngineStats) -> str:
     """An engine's status and time; the explain stage's says what it found, not a plan's status."""
     took = f"{stats.wall_time_s * 1000:.1f} ms"
     if stats.engine != "explain":
-        return f"{stats.engine}: {stats.status.value} in {took}"
+        return f"{stats.engine}: {stats.status.value} in {took}{_objective(stats)}"
     limit = "time limit" if stats.safety_stops else "work budget"
     changes = int(stats.details.get("changes", 0))
     if stats.status.value == "feasible":
@@ -208,6 +208,17 @@ def stats_line(stats: EngineStats) -> str:
     else:
         found = _EXPLAIN_FOUND[stats.status.value].format(limit=limit)
     return f"explain: {found}; {stats.details.get('plans', 0)} relaxed plans in {took}"
+
+
+def _objective(stats: EngineStats) -> str:
+    """`` (objective speed: ...)`` for a solve under ``objective: speed``, with its rounding."""
+    if stats.details.get("objective") != "speed":
+        return ""
+    rounding = stats.details.get("speed_rounding_us")
+    return (
+        f" (objective speed: the fastest predicted decode, proven on times in whole microseconds, each within "
+        f"{rounding} us of the prediction)"
+    )
 
 
 _CHANGE_NOTES = {"started": "first start", "moved": "move", "stopped": "stops for good"}

@@ -11,7 +11,9 @@ Fields read:
   (see ``layerfit.gpustack.resources``); or GPUStack's own ``ResourceView``.
 * model: ``name``, ``backend_parameters``, ``gpu_selector.gpu_ids`` / ``.gpus_per_replica``,
   ``placement_strategy``, ``cpu_offloading``, ``distributed_inference_across_workers``,
-  ``categories``, ``replicas``.
+  ``categories``, ``replicas``, and its ``meta`` entries ``layerfit.objective`` and
+  ``layerfit.min_decode_tokens_per_s`` (``ModelMeta``): without them the adapter plans as GPUStack
+  does (its order, no minimum speed).
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import Field
+
+from layerfit.domain.base import Frozen
 from layerfit.domain.cluster import Cluster, GpuRef, Worker
-from layerfit.domain.config import PlannerConfig, Policy
+from layerfit.domain.config import Objective, PlannerConfig, Policy
 from layerfit.domain.deployment import Deployment, ModelKind
 from layerfit.domain.profile import MemoryProfile
+from layerfit.domain.speed import PositiveFigure
 from layerfit.errors import InputError
 from layerfit.gpustack.fields import (
     UNIFIED_MEMORY_GPU_TYPES,
@@ -180,6 +186,27 @@ def selected_gpus(model: Any, cluster: Cluster | None = None) -> list[str] | Non
     return [ids[i] for i in sorted(ranked[: int(per_replica)])]
 
 
+META_PREFIX = "layerfit."
+"""Keys of a GPUStack model's ``meta`` (its free-form metadata; GPUStack 2.3.0's ``Model`` has no
+labels) that ask layerfit for more than GPUStack's order."""
+
+
+class ModelMeta(Frozen):
+    """What a GPUStack model's ``meta`` may ask: ``{"layerfit.objective": "speed"}`` plans it for the
+    fastest predicted decode instead of GPUStack's order; ``{"layerfit.min_decode_tokens_per_s":
+    20}`` refuses layouts predicted slower. Any other ``layerfit.`` key is refused by name."""
+
+    objective: Objective | None = Field(default=None, alias="layerfit.objective")
+    min_decode_tokens_per_s: PositiveFigure | None = Field(default=None, alias="layerfit.min_decode_tokens_per_s")
+
+
+def model_meta(model: Any) -> ModelMeta:
+    """The ``layerfit.`` entries of the model's ``meta`` (absent: GPUStack's order, no minimum)."""
+    entries = {str(key): value for key, value in items(field(model, "meta", None), "meta")}
+    ours = {key: value for key, value in entries.items() if key.startswith(META_PREFIX)}
+    return load_model(ModelMeta, ours, "GPUStack model meta")
+
+
 def deployment_from_gpustack(
     model: Any,
     *,
@@ -216,6 +243,7 @@ def deployment_from_gpustack(
             "gpu_selection": selected_gpus(model, cluster),
             "kind": _kind([str(c) for c in listed(model, "categories", "categories")]),
             "replicas": max(non_negative(field(model, "replicas", 1), "replicas"), 1),
+            **model_meta(model).model_dump(exclude_none=True),
         },
         "GPUStack model",
     )

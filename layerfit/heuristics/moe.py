@@ -8,6 +8,10 @@ bisection over ``k``, each step GPUStack's strategies over the stand-in profile 
 ``--cpu-moe`` leaves layers on the host does layer-level partial offload follow, with the experts
 where they give the most layers on GPUs.
 
+Under ``objective: speed`` the stage keeps whichever of the two is predicted faster: the fewest
+experts on the host with every layer on GPUs, or the plan with none there (a partial or
+distributed layout).
+
 Off (GPUStack's order, experts always with their blocks) with ``PlannerConfig.expert_offload``
 false, for dense models, without CPU offloading, and when the user's own tensor overrides fix the
 experts (they are planned as given).
@@ -15,13 +19,14 @@ experts (they are planned as given).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from layerfit.budget.deadline import Deadline
 from layerfit.budget.heuristic import DEADLINE, WORK
 from layerfit.budget.work import Work
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import PlannerConfig
+from layerfit.domain.config import Objective, PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Plan
 from layerfit.domain.profile import MemoryProfile
@@ -32,6 +37,7 @@ from layerfit.memory.experts import (
     first_expert_blocks,
     profile_with_host_experts,
 )
+from layerfit.speed.deployment import deployment_decode_ms
 
 
 def wanted_gpu_layers(deployment: Deployment, profile: MemoryProfile) -> int:
@@ -75,7 +81,10 @@ def plan_with_experts(
         return base
     everything = attempt(len(profile.expert_blocks))
     if _gpu_layers(everything[0]) >= wanted:
-        return _fewest(attempt, len(profile.expert_blocks), everything, wanted, work)
+        fewest = _fewest(attempt, len(profile.expert_blocks), everything, wanted, work)
+        if config.objective_for(deployment) is Objective.SPEED:
+            return _faster(cluster, deployment, profile, fewest, base)
+        return fewest
     # host RAM may be what --cpu-moe overflows: fewer experts on the host may still fit
     fallback = everything if _gpu_layers(everything[0]) > _gpu_layers(base[0]) else base
     for count in range(1, len(profile.expert_blocks)):
@@ -85,6 +94,25 @@ def plan_with_experts(
         if _gpu_layers(found[0]) >= wanted:
             return found
     return fallback
+
+
+def _faster(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    *found: tuple[Plan, tuple[int, ...]],
+) -> tuple[Plan, tuple[int, ...]]:
+    """Under ``objective: speed``: of the stage's plans (the fewest experts on the host with every
+    layer on GPUs, the one with none there), the one whose best layout is predicted fastest."""
+
+    def ms(option: tuple[Plan, tuple[int, ...]]) -> float:
+        result, blocks = option
+        if result.best is None:
+            return math.inf
+        stand_in = profile_with_host_experts(profile, blocks)
+        return deployment_decode_ms(cluster, deployment, stand_in, result.best.layout)
+
+    return min(found, key=ms)
 
 
 def _limit_hit(work: Work) -> str:

@@ -11,7 +11,7 @@ from layerfit.budget.heuristic import SearchBudget
 from layerfit.budget.work import Work
 from layerfit.check import check_layout
 from layerfit.domain.cluster import Cluster
-from layerfit.domain.config import PlannerConfig
+from layerfit.domain.config import Objective, PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.plan import Candidate, EngineStats, Plan, Reason, ReasonKind, Status
 from layerfit.domain.profile import MemoryProfile
@@ -21,6 +21,7 @@ from layerfit.heuristics.context import Context, build_context
 from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, requirement, sentences, shown_messages
 from layerfit.heuristics.scoring import score
+from layerfit.heuristics.speed_rank import fastest
 from layerfit.heuristics.strategies import STRATEGIES, Strategy
 from layerfit.memory import claims
 
@@ -39,8 +40,9 @@ def plan(
     """Place one deployment the way GPUStack's GGUF selector would, with layerfit's memory model.
 
     Returns a FEASIBLE plan (best candidate of the first strategy that has one, plus up to
-    ``config.alternatives`` equally good ones by score) or an INFEASIBLE plan with typed reasons
-    and GPUStack-style messages. ``profile`` defaults to the deployment's estimated profile.
+    ``config.alternatives`` equally good ones by score; under ``objective: speed`` the fastest of
+    every strategy's, ``speed_rank``) or an INFEASIBLE plan with typed reasons and GPUStack-style
+    messages. ``profile`` defaults to the deployment's estimated profile.
     The searches stop after ``config.max_rpc_combinations`` RPC combinations or when their
     evaluations have spent ``work`` (default: ``Work.of(config.time_limit_s)``), which is charged
     for them, with their best so far; the stats' ``truncated`` detail then names the limit. The
@@ -65,6 +67,8 @@ def plan(
     winner: Strategy | None = None
     candidates: tuple[Candidate, ...] = ()
     found_count = 0
+    by_speed = config.objective_for(deployment) is Objective.SPEED
+    pooled: list[tuple[Strategy, Verdict]] = []
     if not any(note.level is Level.ERROR for note in notes):
         for strategy in STRATEGIES:
             skip = rules.first_skip(ctx, strategy.action, strategy.skip_rules)
@@ -75,11 +79,18 @@ def plan(
             result = strategy.search(ctx)
             all_reasons.extend(result.reasons)
             notes.extend(result.notes)
+            if by_speed:  # every strategy's layouts, ranked together below (``speed_rank``)
+                pooled.extend((strategy, verdict) for verdict in result.found)
+                continue
             candidates, dropped = _candidates(ctx, strategy, result.found)
             all_reasons.extend(dropped)
             if candidates:
                 winner, found_count = strategy, len(result.found)
                 break
+        if by_speed:
+            candidates, dropped, winner = fastest(ctx, pooled)
+            all_reasons.extend(dropped)
+            found_count = len(pooled)
     if not candidates:
         notes.extend(_fallback(ctx, notes))
         all_reasons.append(Reason(kind=ReasonKind.NO_CANDIDATE, message="no strategy found a layout that fits"))

@@ -35,7 +35,8 @@ from layerfit.solver.model.costs import Costs, least_fixed, memory_costs
 from layerfit.solver.model.deployment_rules import Rules, TensorSplit, deployment_rules, most_devices
 from layerfit.solver.model.expert_costs import ExpertCosts, dense_prefix, expert_costs
 from layerfit.solver.model.scale import Scale, choose_scale, tie_break_unit
-from layerfit.solver.model.speed_costs import SpeedCosts, speed_costs, speed_key, worker_speed_key
+from layerfit.solver.model.speed_costs import SpeedCosts, speed_costs
+from layerfit.speed.deployment import speed_key, worker_speed_key
 
 __all__ = ["GpuClass", "Instance", "Rules", "SlotKind", "TensorSplit", "WorkerView", "build_instance"]
 
@@ -62,7 +63,7 @@ class GpuClass:
     tie_capacity: int = 0
     """Allocatable VRAM in the tie-break's coarser unit (see ``tie_break_unit``)."""
     speed_key: tuple[object, ...] | None = None
-    """What its GPUs' speed depends on, when the instance counts time (``speed_costs.speed_key``)."""
+    """What its GPUs' speed depends on, when the instance counts time (``speed.deployment.speed_key``)."""
 
     @property
     def count(self) -> int:
@@ -85,7 +86,7 @@ class WorkerView:
     tie_ram: int = 0
     """Allocatable RAM in the tie-break's coarser unit."""
     speed_key: tuple[object, ...] | None = None
-    """Its CPU and network, when the instance counts time (``speed_costs.worker_speed_key``)."""
+    """Its CPU and network, when the instance counts time (``speed.deployment.worker_speed_key``)."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def build_instance(
     ``experts``: where the experts go is a decision of the model. ``DeadlinePassed`` once
     ``deadline`` has passed (checked per worker: on 1,024 GPUs this takes about 0.3 s). Time is
     modelled (``Instance.speed``) under ``objective: speed`` or a ``min_decode_tokens_per_s``; its
-    GPU classes then also split by speed (``speed_costs.speed_key``)."""
+    GPU classes then also split by speed (``speed.deployment.speed_key``)."""
     timed = models_time(deployment, config)
     rules = deployment_rules(deployment, profile, config, experts=experts)
     raw = memory_costs(profile)

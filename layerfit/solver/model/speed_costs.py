@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 from math import ceil
 
-from layerfit.domain.cluster import Cluster, Gpu, Network, Worker
+from layerfit.domain.cluster import Cluster, Network
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.profile import MemoryProfile
 from layerfit.speed import DecodeCosts, DeviceCosts, decode_costs, speed_shape
-from layerfit.speed.deployment import decode_limit_ms, deployment_settings
-from layerfit.speed.devices import gpu_facts, host_facts
+from layerfit.speed.deployment import decode_limit_ms, deployment_settings, gpu_key, host_key
+from layerfit.speed.devices import gpu_facts
 from layerfit.speed.predict import context_fill
 
 US_PER_MS = 1000
@@ -164,29 +164,6 @@ ClassRef = tuple[int, int, bool, bool]
 """A GPU class as the costs need it: its worker's position, a GPU index, local and rpc roles."""
 
 
-def _gpu_key(gpu: Gpu) -> tuple[object, ...]:
-    """What a GPU's facts are made of (``speed.devices.gpu_facts``)."""
-    return (gpu.name, gpu.type, gpu.memory_bandwidth_gbps, gpu.fp16_tflops)
-
-
-def _host_key(worker: Worker, threads: int | None) -> tuple[object, ...]:
-    facts = host_facts(worker, threads)
-    return (facts.ram_bandwidth_gbps, facts.threads, facts.batch_threads)
-
-
-def speed_key(worker: Worker, gpu: Gpu) -> tuple[object, ...]:
-    """What a GPU's speed depends on in the model: its facts, and for ggml's CPU backend behind an
-    rpc-server its worker's CPU (two GPUs of one worker with the same key are interchangeable)."""
-    facts = gpu_facts("", gpu)
-    return (*_gpu_key(gpu), _host_key(worker, None) if facts.on_cpu else None)
-
-
-def worker_speed_key(worker: Worker) -> tuple[object, ...]:
-    """What a worker's own speed depends on: its CPU and its network (two workers identical for the
-    memory model are twins for the speed model only if these agree too)."""
-    return (worker.ram_bandwidth_gbps, worker.cpu_threads, worker.network)
-
-
 def _table(device: DeviceCosts, local: bool) -> SpeedTable:
     """A device's costs in microseconds; with every block alike (and no experts to save), one
     rounded figure per block, so that the model may count blocks instead of summing prefixes."""
@@ -257,8 +234,8 @@ def speed_costs(
             if not role_local and not others:  # no main worker it could serve
                 keys.append(None)
                 continue
-            owner = _host_key(worker, threads if role_local else None) if on_cpu else None
-            table_key = (_gpu_key(gpu), role_local, owner)
+            owner = host_key(worker, threads if role_local else None) if on_cpu else None
+            table_key = (gpu_key(gpu), role_local, owner)
             if table_key not in table_keys:
                 main = worker.name if role_local else others[0]
                 table_keys[table_key] = (main, (worker.name, index), role_local)
@@ -268,11 +245,11 @@ def speed_costs(
     host_keys: dict[tuple[object, ...], str] = {}
     host_by_worker: list[tuple[object, ...] | None] = []
     for worker, can_lead in zip(workers, main_ok, strict=True):
-        host_key = _host_key(worker, threads) if can_lead else None
-        if host_key is not None and host_key not in host_keys:
-            host_keys[host_key] = worker.name
+        cpu = host_key(worker, threads) if can_lead else None
+        if cpu is not None and cpu not in host_keys:
+            host_keys[cpu] = worker.name
             requests.ask(worker.name)
-        host_by_worker.append(host_key)
+        host_by_worker.append(cpu)
     networks: dict[Network | None, int] = {}
     net_of = tuple(networks.setdefault(worker.network, len(networks)) for worker in workers)
     link_pairs: dict[tuple[int, int], tuple[str, tuple[str, int]]] = {}
@@ -296,8 +273,8 @@ def speed_costs(
         if table not in built:
             built.append(table)
         tables[made_of] = built.index(table)
-    hosts = {host_key: _host(given[name]) for host_key, name in host_keys.items()}
-    host_index = {host_key: i for i, host_key in enumerate(hosts)}
+    hosts = {cpu: _host(given[name]) for cpu, name in host_keys.items()}
+    host_index = {cpu: i for i, cpu in enumerate(hosts)}
     links = {
         pair: LinkCosts(
             hop=to_us(given[main].gpus[rep].hop_ms),

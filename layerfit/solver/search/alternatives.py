@@ -39,9 +39,9 @@ from layerfit.solver.model.instance import Instance, models_time
 from layerfit.solver.model.objective import strict_tiers, tie_break
 from layerfit.solver.model.progress import tie_break_measure
 from layerfit.solver.model.runner import Run, run
-from layerfit.solver.model.speed_costs import speed_key, worker_speed_key
 from layerfit.solver.model.variables import IntVar, Variables
 from layerfit.solver.search.trace import Clock, SearchOutcome, Trace, stage_name
+from layerfit.speed.deployment import speed_key, worker_speed_key
 
 TWIN_SWAP = "twin-swap"
 """Shortcut name: alternatives found by trading a worker for an identical unused one."""

@@ -107,7 +107,7 @@ def solve_for_speed(
     shortcuts: bool = True,
 ) -> SolveResult:
     """The fastest layout, proven (see the module docstring), within ``clock``'s work budget."""
-    trace = Trace()
+    trace = Trace(objective="speed")
     experts = experts_are_a_decision(deployment, profile, config)
     deadline = clock.work.deadline
     try:

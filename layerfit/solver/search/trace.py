@@ -78,6 +78,8 @@ class Trace:
     witness: str = "none"
     """A greedy layout for a multi-worker step (``witness``): ``none``, or its GPU count and how
     its model took it (``8:accepted``)."""
+    objective: str = "layers"
+    """What the strict tiers are: ``layers`` (``docs/design.md``'s order) or ``speed``."""
     incumbent: str = "none"
     """The heuristic's layout: ``none`` (absent or invalid), ``valid``, ``kept`` as the answer, or
     ``contradicted`` (CP-SAT called the model infeasible; the layout is kept, nothing is proven)."""
@@ -192,6 +194,7 @@ def solve_result(
         "shortcuts": ",".join(trace.shortcuts),
         "incumbent": trace.incumbent,
         "witness": trace.witness,
+        "objective": trace.objective,
         "unit_bytes": instance.scale.unit_bytes,
         "exact_units": int(instance.scale.exact),
         "gpu_classes": len(instance.classes),
@@ -201,6 +204,8 @@ def solve_result(
         "truncated": ",".join(trace.cuts),
         "work_s": round(clock.spent(), 6),
     }
+    if instance.speed is not None:
+        details["speed_rounding_us"] = instance.speed.error_us
     stats = EngineStats(
         engine=ENGINE,
         wall_time_s=wall,
