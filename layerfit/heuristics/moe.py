@@ -37,7 +37,19 @@ from layerfit.memory.experts import (
     first_expert_blocks,
     profile_with_host_experts,
 )
-from layerfit.speed.deployment import deployment_decode_ms
+from layerfit.speed import speed_shape
+from layerfit.speed.deployment import deployment_decode_ms, deployment_settings
+
+
+def stand_in(deployment: Deployment, profile: MemoryProfile, blocks: tuple[int, ...]) -> MemoryProfile:
+    """``memory.experts.profile_with_host_experts``, keeping what a token reads per block: a profile
+    given as numbers derives it from its bytes (``speed.speed_shape``), which the stand-in changes
+    (its experts' bytes leave the blocks), so the real profile's derived shape goes with it."""
+    dense = profile_with_host_experts(profile, blocks)
+    if dense is profile or profile.speed is not None:
+        return dense
+    shape, _ = speed_shape(profile, deployment_settings(deployment, profile))
+    return dense.model_copy(update={"speed": shape})
 
 
 def wanted_gpu_layers(deployment: Deployment, profile: MemoryProfile) -> int:
@@ -69,12 +81,12 @@ def plan_with_experts(
         work = work.part(work.left(), deadline)
     fixed = engine_blocks(profile)
     if not experts_are_a_decision(deployment, profile, config):
-        return plan(cluster, deployment, config, profile_with_host_experts(profile, fixed), work=work), fixed
+        return plan(cluster, deployment, config, stand_in(deployment, profile, fixed), work=work), fixed
     wanted = wanted_gpu_layers(deployment, profile)
 
     def attempt(count: int) -> tuple[Plan, tuple[int, ...]]:
         blocks = first_expert_blocks(profile, count)
-        return plan(cluster, deployment, config, profile_with_host_experts(profile, blocks), work=work), blocks
+        return plan(cluster, deployment, config, stand_in(deployment, profile, blocks), work=work), blocks
 
     base = attempt(0)
     if _gpu_layers(base[0]) >= wanted:
@@ -109,8 +121,7 @@ def _faster(
         result, blocks = option
         if result.best is None:
             return math.inf
-        stand_in = profile_with_host_experts(profile, blocks)
-        return deployment_decode_ms(cluster, deployment, stand_in, result.best.layout)
+        return deployment_decode_ms(cluster, deployment, stand_in(deployment, profile, blocks), result.best.layout)
 
     return min(found, key=ms)
 

@@ -32,7 +32,6 @@ from layerfit.memory.experts import (
     attach,
     expertless_blocks,
     experts_are_a_decision,
-    profile_with_host_experts,
     with_host_experts,
 )
 from layerfit.planning.device_cap import device_cap_reason
@@ -194,7 +193,7 @@ def _plan(
     check_deployment_flags(deployment, config)  # a flag the build cannot take: refused before the search
     if deployment.has_ctx_range:
         return _plan_ctx_range(cluster, deployment, config, profile, explain=explain, work=work)
-    from layerfit.heuristics.moe import plan_with_experts
+    from layerfit.heuristics.moe import plan_with_experts, stand_in
 
     profile = profile if profile is not None else resolve_profile(deployment)
     heuristic = work.part(work.left() * HEURISTIC_SHARE, work.deadline.share(HEURISTIC_SAFETY_SHARE))
@@ -202,7 +201,7 @@ def _plan(
     # The solver places experts itself when that is a decision; otherwise it plans over the
     # heuristic's (or the user's) choice, as a dense stand-in profile.
     decided = experts_are_a_decision(deployment, profile, config)
-    engine_profile = profile if decided else profile_with_host_experts(profile, fixed)
+    engine_profile = profile if decided else stand_in(deployment, profile, fixed)
     hint = quick.layout if quick.layout is None or not decided else with_host_experts(quick.layout, fixed)
     result = _solve(cluster, deployment, engine_profile, config, hint, work)
     stats = (*quick.stats, result.stats)
