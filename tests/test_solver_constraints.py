@@ -30,6 +30,7 @@ from layerfit.domain import (
     Layout,
     LlamaParams,
     MemoryProfile,
+    MiB,
     PlannerConfig,
     RoleCosts,
     Worker,
@@ -41,10 +42,11 @@ from layerfit.solver.model.decode import decision_values
 from layerfit.solver.model.instance import build_instance
 from layerfit.solver.model.runner import run
 from layerfit.solver.model.variables import IntVar, Variables, make_variables
+from layerfit.speed.deployment import deployment_speed
 
 P = MemoryProfile.uniform(10, 90, 10, output_weight_bytes=50, gpu_fixed_bytes=200)
 CONFIG = PlannerConfig(time_limit_s=10.0, seed=1, alternatives=0)
-FAMILIES = ("placement", "roles", "layers", "rules", "tensor_split", "vram", "ram", "experts", "symmetry")
+FAMILIES = ("placement", "roles", "layers", "rules", "tensor_split", "vram", "ram", "experts", "speed", "symmetry")
 Change = Callable[[Variables, dict[IntVar, int]], None]
 
 
@@ -111,6 +113,21 @@ MOE = MemoryProfile(
     rpc=_ROLE,
 )
 """Blocks of a dense part of 10 and experts of 100, no fixed costs."""
+
+
+def _between_speeds(cluster: Cluster, fast: Layout, slow: Layout) -> Deployment:
+    """A deployment of ``P`` in MiB whose minimum speed lies halfway between the two layouts' predictions."""
+    plain = Deployment(name="m", profile=_P_MIB)
+    rates = [deployment_speed(cluster, plain, _P_MIB, layout).decode_tokens_per_s for layout in (fast, slow)]
+    assert rates[0] > rates[1] * 1.2, "the case needs two clearly different speeds"
+    return plain.model_copy(update={"min_decode_tokens_per_s": (rates[0] + rates[1]) / 2})
+
+
+_P_MIB = MemoryProfile.uniform(10, 90 * MiB, 10 * MiB, output_weight_bytes=50 * MiB, gpu_fixed_bytes=200 * MiB)
+"""``P`` in MiB: large enough that reading the weights, not the cost per layer, sets the time."""
+_SPEED_CLUSTER = Cluster(workers=(worker("a", 2000 * MiB, ram=10_000 * MiB),))
+_ALL_ON_GPU = make_layout("a", 10, [on("a", 0, 10)])
+_ALL_ON_HOST = Layout(main_worker="a", n_blocks=10, devices=(), output_offloaded=False)
 
 
 @dataclass(frozen=True)
@@ -192,6 +209,14 @@ CASES = [
         make_layout("a", 4, [on("a", 0, 3)]),
         make_layout("a", 4, [on("a", 0, 3)]),
         _experts_of_a_host_block,
+    ),
+    Case(
+        "speed",
+        "a minimum speed between the two: every block on the GPU meets it, every block on the host does not",
+        _SPEED_CLUSTER,
+        _between_speeds(_SPEED_CLUSTER, _ALL_ON_GPU, _ALL_ON_HOST),
+        _ALL_ON_GPU,
+        _ALL_ON_HOST,
     ),
     Case(
         "symmetry",

@@ -33,6 +33,8 @@ from layerfit.solver.model.build import build_model
 from layerfit.solver.model.instance import Instance, build_instance
 from layerfit.solver.model.objective import placement_score
 from layerfit.solver.model.runner import complete_hint
+from layerfit.solver.model.speed_floor import time_floor
+from layerfit.solver.shortcuts.speed_bound import least_time_us, one_worker_least_time_us
 from layerfit.speed.deployment import deployment_speed
 
 MB = 10**6
@@ -299,3 +301,33 @@ def test_the_layers_objective_keeps_a_minimum_speed(data: st.DataObject) -> None
 
 def layers_key(layout: Layout) -> tuple[int, int, int]:
     return layout.gpu_layers, -len(layout.workers), -len(layout.devices)
+
+
+@settings(SLOW, max_examples=40)
+@given(data=st.data())
+def test_the_speed_bounds_hold_for_every_valid_layout(data: st.DataObject) -> None:
+    """``speed_floor.time_floor`` by the host's blocks, ``speed_bound.least_time_us`` and, for a
+    layout of one worker, ``one_worker_least_time_us`` of its main worker are at most its time in
+    the model (dense and MoE profiles; the experts' own sets where they are a decision)."""
+    moe = data.draw(st.booleans())
+    profile = data.draw(with_speed_shape(data.draw(moe_profiles(max_blocks=3) if moe else profiles(max_blocks=3))))
+    where = data.draw(speed_facts(data.draw(clusters(max_gpus=3, max_workers=3, top=900) | roomy_clusters(profile))))
+    dep = speed_deployment(data.draw, where, profile).model_copy(update={"min_decode_tokens_per_s": None})
+    config = data.draw(configs())
+    decided = experts_are_a_decision(dep, profile, config)
+    instance = build_instance(where, dep, profile, config, experts=decided)
+    floor = time_floor(instance)
+    layouts = all_layouts(where, profile.n_blocks)
+    if decided:
+        layouts = with_every_expert_set(profile, layouts, decided)
+    valid = [layout for layout in layouts if accepted(where, dep, profile, config, instance, layout)]
+    event("valid layouts" if valid else "none valid")
+    for layout in valid:
+        took = time_us(instance, layout)
+        assert floor[layout.cpu_blocks] <= took
+        assert least_time_us(instance) <= took
+        if len(layout.workers) == 1:
+            main = instance.worker_index(layout.main_worker)
+            assert main is not None
+            bound = one_worker_least_time_us(instance, main)
+            assert bound is None or bound <= took

@@ -165,8 +165,14 @@ def test_check_names_a_layout_predicted_slower_than_the_minimum() -> None:
     strict = DEPLOYMENT.model_copy(update={"min_decode_tokens_per_s": 20.0})
     (reason,) = check_layout(CLUSTER, strict, profile, slow)
     assert reason.kind is ReasonKind.TOO_SLOW and reason.resource == "min_decode_tokens_per_s"
-    assert reason.message.startswith("predicted 16.1 tokens/s decode, below min_decode_tokens_per_s 20")
-    assert check_layout(CLUSTER, strict.model_copy(update={"min_decode_tokens_per_s": 16.0}), profile, slow) == ()
+    rate = deployment_speed(CLUSTER, DEPLOYMENT, profile, slow).decode_tokens_per_s
+    assert 15 < rate < 20  # the A6000 at ~63 ms a token
+    assert reason.message.startswith(f"predicted {rate:.3g} tokens/s decode, below min_decode_tokens_per_s 20")
+    just_met = strict.model_copy(update={"min_decode_tokens_per_s": rate * 0.999})
+    assert check_layout(CLUSTER, just_met, profile, slow) == ()
+    missed = strict.model_copy(update={"min_decode_tokens_per_s": rate * 1.001})
+    (reason,) = check_layout(CLUSTER, missed, profile, slow)
+    assert reason.kind is ReasonKind.TOO_SLOW
 
 
 def test_a_stand_in_profile_counts_its_host_experts_on_the_host() -> None:

@@ -24,6 +24,8 @@ models: the time counts where they go, so no tier of their own is needed.
 The shortcuts of ``search`` under this objective:
 
 * ``capacity_infeasibility`` (``proofs``): kept; it proves that nothing fits, whatever is best.
+* ``speed_bound.slower_mains``: main workers none of whose one-worker layouts can be as fast as the
+  valid hint leave the one-worker step (and its tie-break) before the model is built.
 * the single-GPU proof (``proofs.single_gpu_answer``), the layer and worker-count steps
   (``steps``, ``layer_bound``, ``gpu_count``), ``mains_reaching``, the witnesses (``witness``) and
   ``reassign``/``ordered_reserve``: not used. They decide or bound the layers tier first, or move
@@ -63,16 +65,19 @@ from layerfit.solver.model.instance import Instance, build_instance
 from layerfit.solver.model.objective import SpeedTiers, speed_tiers, tie_break
 from layerfit.solver.model.progress import Measure, Tier, tie_break_measure
 from layerfit.solver.model.runner import HINT_SHARE, Run, complete_hint, run, set_full_hint
+from layerfit.solver.model.speed_costs import to_us
 from layerfit.solver.search.alternatives import alternatives_after
 from layerfit.solver.search.result import SolveResult, TierValues
 from layerfit.solver.search.tie_break_stage import MIN_TIE_BREAK_S, tie_break_value
 from layerfit.solver.search.trace import Clock, Trace, charge_set_up, not_run, solve_result, stage_name
 from layerfit.solver.shortcuts.proofs import capacity_infeasibility
 from layerfit.solver.shortcuts.prune import prune_dominated
-from layerfit.solver.shortcuts.speed_bound import most_servers
+from layerfit.solver.shortcuts.speed_bound import most_servers, slower_mains
 from layerfit.solver.shortcuts.tie_break_bound import TIE_BREAK_BOUND_MET, applies, binpack_bound, model_value
 from layerfit.speed.deployment import deployment_speed
 
+ONE_WORKER_BOUND = "one-worker-time-bound"
+"""Shortcut name: main workers left out of the one-worker step, slower than the hint (``speed_bound``)."""
 RPC_HOP_BOUND = "rpc-hop-bound"
 """Shortcut name: no layout with rpc-servers can beat the best one-worker layout (``speed_bound``)."""
 ONE_WORKER_SHARE = 0.4
@@ -126,7 +131,8 @@ def solve_for_speed(
             trace.proof = proof
             return solve_result(instance, clock, trace, Status.INFEASIBLE)
     clock.step()
-    first = _one_worker(instance, hint, incumbent, config, clock, trace, shortcuts=shortcuts)
+    target = _incumbent_time_us(instance, cluster, deployment, profile, incumbent)
+    first = _one_worker(instance, hint, target, config, clock, trace, shortcuts=shortcuts)
     second = _several_workers(instance, first, hint, incumbent, config, clock, trace, shortcuts=shortcuts)
     steps = [step for step in (second, first) if step is not None and step.best is not None]
     proven = first.proven and (second is None or second.proven)
@@ -227,18 +233,40 @@ def _hint(
     return solution
 
 
+def _incumbent_time_us(
+    instance: Instance,
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    incumbent: Incumbent | None,
+) -> int | None:
+    """At least the valid hint's time in the model: its predicted time plus the rounding bound."""
+    if incumbent is None or instance.speed is None:
+        return None
+    predicted = deployment_speed(cluster, deployment, profile, incumbent.layout).decode_ms_per_token
+    return to_us(predicted) + instance.speed.error_us
+
+
 def _one_worker(
     instance: Instance,
     hint: Layout | None,
-    incumbent: Incumbent | None,
+    target_us: int | None,
     config: PlannerConfig,
     clock: Clock,
     trace: Trace,
     *,
     shortcuts: bool,
 ) -> _Step:
-    """Step 1: the fastest layout without an rpc-server."""
+    """Step 1: the fastest layout without an rpc-server; main workers whose every one-worker layout
+    is slower than the valid hint (``speed_bound.slower_mains``) left out, the tie-break's model too
+    (none of their layouts reaches the optimal time)."""
     one = instance.restricted(rpc_slots=0, local_slots=instance.local_slots)
+    if shortcuts and target_us is not None:
+        slower = slower_mains(one, target_us)
+        if slower:
+            trace.shortcuts.append(ONE_WORKER_BOUND)
+            mains = frozenset(w for w, view in enumerate(one.workers) if view.main_ok and w not in slower)
+            one = one.restricted(rpc_slots=0, local_slots=instance.local_slots, mains=mains)
     searched = prune_dominated(one, others=0) if shortcuts else one
     return _search(one, searched, hint, config, clock, trace, "one-worker", clock.left() * ONE_WORKER_SHARE)
 

@@ -14,6 +14,7 @@ An rpc slot's round trip depends on the main worker's network and its own worker
 per pair of networks. The host's figures depend on the main worker's CPU: one literal per CPU.
 Every figure is posted as an equality under its literal, so ``decode_us`` is the layout's time
 in any solution (not only at the optimum): the tie-break and alternatives fix it exactly.
+A redundant floor by the host's blocks (``speed_floor``) helps the proofs.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from collections.abc import Sequence
 
 from ortools.sat.python import cp_model
 
+from layerfit.solver.model.capacity import block_capacity
 from layerfit.solver.model.instance import Instance, SlotKind
 from layerfit.solver.model.speed_costs import SpeedCosts
+from layerfit.solver.model.speed_floor import time_floor
 from layerfit.solver.model.variables import Expr, IntVar, SlotVars, Variables
 
 Literal = cp_model.IntVar
@@ -46,8 +49,29 @@ def post(model: cp_model.CpModel, instance: Instance, variables: Variables) -> N
     for k, slot in enumerate(variables.slots):
         parts.append(_slot_time(model, instance, costs, slot, k, chains, main_net, top))
     model.add(total == sum(parts))
+    _floor(model, instance, variables, top)
     if costs.limit_us is not None:
         model.add(total <= costs.limit_us)
+
+
+def _floor(model: cp_model.CpModel, instance: Instance, variables: Variables, top: int) -> None:
+    """The redundant ``decode_us >= floor[cpu_blocks]`` (``speed_floor``): ties the time to the
+    blocks kept on the host, which the memory constraints bound, so proofs need no search there."""
+    floor = time_floor(instance)
+    if not floor or variables.decode_us is None:
+        return
+    least = model.new_int_var(min(floor), max(max(floor), 0), "decode_floor")
+    model.add_element(variables.cpu_blocks, list(floor), least)
+    model.add(variables.decode_us >= least)
+    costs = instance.speed
+    assert costs is not None
+    # one worker whose blocks keep their experts: its GPUs hold at most block_capacity blocks
+    if instance.rpc_slots == 0 and instance.experts is None and not costs.fixed_host_experts:
+        n = instance.n_blocks
+        for w, is_main in variables.main.items():
+            room = min(n, block_capacity(instance, w, SlotKind.LOCAL, instance.local_slots))
+            if room < n:
+                model.add(variables.cpu_blocks >= n - room).only_enforce_if(is_main)
 
 
 def _host_expert_flags(model: cp_model.CpModel, instance: Instance, variables: Variables) -> dict[int, Literal]:

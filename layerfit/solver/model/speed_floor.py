@@ -1,0 +1,71 @@
+"""A floor under the decode time by the number of blocks kept on the host, in the model's units.
+
+For ``i`` blocks on the host, every layout takes at least ``floor[i]``: the cheapest main worker's
+fixed cost and its first ``i`` blocks (``HostCosts.prefix``), every later block at its cheapest
+GPU (any table, with its experts or, where they may stay on the host, without them plus the least
+host's reading of them), the output layer at its cheapest place. Every other figure the model adds
+(a GPU's once-per-token cost, round trips, copies) is at least 0. Each figure is one the model adds
+(the prefix sums' steps telescope to the model's differences), so the floor holds in the model
+exactly. ``constraints.speed`` posts it as a redundant constraint (CP-SAT then ties the time to the
+host's blocks, which the memory constraints bound); ``shortcuts.speed_bound`` takes its least
+value as a bound on every layout.
+"""
+
+from __future__ import annotations
+
+from layerfit.solver.model.instance import Instance
+from layerfit.solver.model.speed_costs import HostCosts, SpeedCosts
+
+
+def _movable(instance: Instance, costs: SpeedCosts) -> frozenset[int]:
+    """Blocks whose experts may stay on the host while the block sits on a GPU."""
+    decided = frozenset() if instance.experts is None else frozenset(instance.experts.blocks)
+    return decided | frozenset(costs.fixed_host_experts)
+
+
+def main_hosts(instance: Instance, costs: SpeedCosts) -> list[HostCosts]:
+    """The host costs of every worker that may be main."""
+    return [costs.hosts[h] for w, h in enumerate(costs.host_of) if h is not None and instance.workers[w].main_ok]
+
+
+def gpu_block_floor(instance: Instance, costs: SpeedCosts, block: int) -> int | None:
+    """The least time ``block`` takes on any GPU (``None``: no GPU table)."""
+    hosts = main_hosts(instance, costs)
+    if not costs.tables or not hosts:
+        return None
+    least_reading = min(host.experts[block] for host in hosts)
+    movable = block in _movable(instance, costs)
+    forced = block in costs.fixed_host_experts
+    options = []
+    for table in costs.tables:
+        with_experts = table.block(block)
+        without = with_experts - table.saving[block] + least_reading
+        if forced:
+            options.append(without)
+        else:
+            options.append(with_experts)
+            if movable:
+                options.append(without)
+    return min(options)
+
+
+def time_floor(instance: Instance) -> tuple[int, ...]:
+    """``floor[i]`` for ``i`` = 0 .. n blocks on the host (see the module); empty without time or
+    without a main worker."""
+    costs = instance.speed
+    if costs is None:
+        return ()
+    hosts = main_hosts(instance, costs)
+    if not hosts:
+        return ()
+    n = instance.n_blocks
+    gpu = [gpu_block_floor(instance, costs, b) for b in range(n)]
+    outputs = [host.output for host in hosts] + [table.output for table in costs.tables]
+    output = min(outputs)
+    on_host = [min(host.fixed + host.prefix[i] for host in hosts) + output for i in range(n + 1)]
+    if any(value is None for value in gpu):  # no GPU table: every layout keeps all n blocks there
+        return (on_host[n],) * (n + 1)
+    floors = [on_host[n]]
+    for i in range(n - 1, -1, -1):
+        floors.append(floors[-1] - on_host[i + 1] + on_host[i] + (gpu[i] or 0))
+    return tuple(reversed(floors))
