@@ -33,7 +33,7 @@ from layerfit.solver.model.build import build_model
 from layerfit.solver.model.instance import Instance, build_instance
 from layerfit.solver.model.objective import placement_score
 from layerfit.solver.model.runner import complete_hint
-from layerfit.solver.model.speed_floor import time_floor
+from layerfit.solver.model.speed_floor import least_device_cost, time_floor
 from layerfit.solver.shortcuts.speed_bound import least_time_us, one_worker_least_time_us
 from layerfit.speed.deployment import deployment_speed
 
@@ -306,7 +306,8 @@ def layers_key(layout: Layout) -> tuple[int, int, int]:
 @settings(SLOW, max_examples=40)
 @given(data=st.data())
 def test_the_speed_bounds_hold_for_every_valid_layout(data: st.DataObject) -> None:
-    """``speed_floor.time_floor`` by the host's blocks, ``speed_bound.least_time_us`` and, for a
+    """``speed_floor.time_floor`` by the host's blocks with the least cost per device used (as
+    ``constraints.speed`` posts it), ``speed_bound.least_time_us`` and, for a
     layout of one worker, ``one_worker_least_time_us`` of its main worker are at most its time in
     the model (dense and MoE profiles; the experts' own sets where they are a decision)."""
     moe = data.draw(st.booleans())
@@ -322,9 +323,12 @@ def test_the_speed_bounds_hold_for_every_valid_layout(data: st.DataObject) -> No
         layouts = with_every_expert_set(profile, layouts, decided)
     valid = [layout for layout in layouts if accepted(where, dep, profile, config, instance, layout)]
     event("valid layouts" if valid else "none valid")
+    assert instance.speed is not None
+    device, hop = least_device_cost(instance, instance.speed), instance.speed.least_hop()
     for layout in valid:
         took = time_us(instance, layout)
-        assert floor[layout.cpu_blocks] <= took
+        local = sum(1 for d in layout.devices if d.worker == layout.main_worker)
+        assert floor[layout.cpu_blocks] + device * local + hop * (len(layout.devices) - local) <= took
         assert least_time_us(instance) <= took
         if len(layout.workers) == 1:
             main = instance.worker_index(layout.main_worker)

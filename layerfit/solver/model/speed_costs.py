@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import accumulate
 from math import ceil
 
@@ -158,6 +159,16 @@ class SpeedCosts:
     def least_hop(self) -> int:
         """The cheapest rpc-server round trip over any link."""
         return min((link.hop for link in self.links.values()), default=0)
+
+    @cached_property
+    def table_order(self) -> tuple[tuple[bool, ...], ...]:
+        """``table_order[a][b]``: table ``a`` at least as fast as table ``b`` (computed once)."""
+        return tuple(tuple(a.at_least_as_fast(b) for b in self.tables) for a in self.tables)
+
+    @cached_property
+    def host_order(self) -> tuple[tuple[bool, ...], ...]:
+        """``host_order[a][b]``: host ``a`` at least as fast as host ``b`` (computed once)."""
+        return tuple(tuple(a.at_least_as_fast(b) for b in self.hosts) for a in self.hosts)
 
 
 ClassRef = tuple[int, int, bool, bool]

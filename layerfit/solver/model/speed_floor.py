@@ -2,9 +2,11 @@
 
 For ``i`` blocks on the host, every layout takes at least ``floor[i]``: the cheapest main worker's
 fixed cost and its first ``i`` blocks (``HostCosts.prefix``), every later block at its cheapest
-GPU (any table, with its experts or, where they may stay on the host, without them plus the least
-host's reading of them), the output layer at its cheapest place. Every other figure the model adds
-(a GPU's once-per-token cost, round trips, copies) is at least 0. Each figure is one the model adds
+GPU that may serve (any of their tables, with its experts or, where they may stay on the host,
+without them plus the least host's reading of them), the output layer at its cheapest place.
+``constraints.speed`` adds, per slot used, the least once-per-token cost of a local GPU or the
+least round trip of an rpc-server; every other figure the model adds (copies, logits) is at
+least 0. Each figure is one the model adds
 (the prefix sums' steps telescope to the model's differences), so the floor holds in the model
 exactly. ``constraints.speed`` posts it as a redundant constraint (CP-SAT then ties the time to the
 host's blocks, which the memory constraints bound); ``shortcuts.speed_bound`` takes its least
@@ -14,7 +16,7 @@ value as a bound on every layout.
 from __future__ import annotations
 
 from layerfit.solver.model.instance import Instance
-from layerfit.solver.model.speed_costs import HostCosts, SpeedCosts
+from layerfit.solver.model.speed_costs import HostCosts, SpeedCosts, SpeedTable
 
 
 def _movable(instance: Instance, costs: SpeedCosts) -> frozenset[int]:
@@ -28,16 +30,30 @@ def main_hosts(instance: Instance, costs: SpeedCosts) -> list[HostCosts]:
     return [costs.hosts[h] for w, h in enumerate(costs.host_of) if h is not None and instance.workers[w].main_ok]
 
 
+def usable_tables(instance: Instance, costs: SpeedCosts) -> tuple[list[SpeedTable], list[SpeedTable]]:
+    """The tables of the GPU classes that may serve: as local GPUs, and as rpc-servers."""
+    local = {t for c, cls in enumerate(instance.classes) if cls.local_ok and (t := costs.local_table[c]) is not None}
+    rpc = {t for c, cls in enumerate(instance.classes) if cls.rpc_ok and (t := costs.rpc_table[c]) is not None}
+    return [costs.tables[t] for t in sorted(local)], [costs.tables[t] for t in sorted(rpc)]
+
+
+def least_device_cost(instance: Instance, costs: SpeedCosts) -> int:
+    """The least once-per-token cost of a local GPU that may serve (0 without one)."""
+    local, _ = usable_tables(instance, costs)
+    return min((table.device for table in local), default=0)
+
+
 def gpu_block_floor(instance: Instance, costs: SpeedCosts, block: int) -> int | None:
-    """The least time ``block`` takes on any GPU (``None``: no GPU table)."""
+    """The least time ``block`` takes on any GPU that may serve (``None``: none may)."""
     hosts = main_hosts(instance, costs)
-    if not costs.tables or not hosts:
+    local, rpc = usable_tables(instance, costs)
+    if not (local or rpc) or not hosts:
         return None
     least_reading = min(host.experts[block] for host in hosts)
     movable = block in _movable(instance, costs)
     forced = block in costs.fixed_host_experts
     options = []
-    for table in costs.tables:
+    for table in local + rpc:
         with_experts = table.block(block)
         without = with_experts - table.saving[block] + least_reading
         if forced:
@@ -60,7 +76,8 @@ def time_floor(instance: Instance) -> tuple[int, ...]:
         return ()
     n = instance.n_blocks
     gpu = [gpu_block_floor(instance, costs, b) for b in range(n)]
-    outputs = [host.output for host in hosts] + [table.output for table in costs.tables]
+    local, rpc = usable_tables(instance, costs)
+    outputs = [host.output for host in hosts] + [table.output for table in local + rpc]
     output = min(outputs)
     on_host = [min(host.fixed + host.prefix[i] for host in hosts) + output for i in range(n + 1)]
     if any(value is None for value in gpu):  # no GPU table: every layout keeps all n blocks there

@@ -14,9 +14,11 @@ two steps:
    ``T1 - 1`` microseconds. A layout of several workers wins only by being faster: it has more
    workers than any one-worker layout.
 
-Then, with the time, workers and GPUs fixed, the tie-break on the step's unpruned model (the
-binpack bound of ``tie_break_bound``, which holds for every layout of that many GPUs, may prove it
-without a search); then the alternatives on other GPU sets, as ``search`` does. A valid hint (the
+Then, with the time, workers and GPUs fixed, the tie-break on the step's unpruned model with no
+more slots of a kind than GPUs (the binpack bound of ``tie_break_bound``, which holds for every
+layout of that many GPUs, may prove it without a search; a model of several workers with more GPU
+classes than the layers search's tie-break searches is not searched, as there: the step's layout
+stands, unproven); then the alternatives on other GPU sets, as ``search`` does. A valid hint (the
 heuristic's layout, ranked by predicted time) completes as a solution of its step's model: hint
 and upper bound. Experts placed per block (``expert_search``'s decision) are part of the same
 models: the time counts where they go, so no tier of their own is needed.
@@ -24,6 +26,8 @@ models: the time counts where they go, so no tier of their own is needed.
 The shortcuts of ``search`` under this objective:
 
 * ``capacity_infeasibility`` (``proofs``): kept; it proves that nothing fits, whatever is best.
+* ``fast_workers``: on a large cluster, the several-workers step first searches the workers with
+  the fastest room (a small model); its layout seeds the full step as its hint. Proves nothing.
 * ``speed_bound.slower_mains``: main workers none of whose one-worker layouts can be as fast as the
   valid hint leave the one-worker step (and its tie-break) before the model is built.
 * the single-GPU proof (``proofs.single_gpu_answer``), the layer and worker-count steps
@@ -47,8 +51,6 @@ Rounding: the times are the model's (``speed_costs``): exact on the rounded figu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ortools.sat.python import cp_model
 
 from layerfit.budget.deadline import DeadlinePassed
@@ -62,43 +64,22 @@ from layerfit.memory.experts import experts_are_a_decision
 from layerfit.solver.model.build import BuiltModel, build_model
 from layerfit.solver.model.candidates import Incumbent, checked_candidate, incumbent_of
 from layerfit.solver.model.instance import Instance, build_instance
-from layerfit.solver.model.objective import SpeedTiers, speed_tiers, tie_break
-from layerfit.solver.model.progress import Measure, Tier, tie_break_measure
+from layerfit.solver.model.objective import speed_tiers, tie_break
+from layerfit.solver.model.progress import tie_break_measure
 from layerfit.solver.model.runner import HINT_SHARE, Run, complete_hint, run, set_full_hint
-from layerfit.solver.model.speed_costs import to_us
 from layerfit.solver.search.alternatives import alternatives_after
 from layerfit.solver.search.result import SolveResult, TierValues
-from layerfit.solver.search.tie_break_stage import MIN_TIE_BREAK_S, tie_break_value
+from layerfit.solver.search.speed_steps import Step, incumbent_time_us, one_worker, several_workers
+from layerfit.solver.search.tie_break_stage import (
+    MIN_TIE_BREAK_S,
+    TIE_BREAK_NOT_SEARCHED,
+    tie_break_value,
+    too_large,
+)
 from layerfit.solver.search.trace import Clock, Trace, charge_set_up, not_run, solve_result, stage_name
 from layerfit.solver.shortcuts.proofs import capacity_infeasibility
-from layerfit.solver.shortcuts.prune import prune_dominated
-from layerfit.solver.shortcuts.speed_bound import most_servers, slower_mains
 from layerfit.solver.shortcuts.tie_break_bound import TIE_BREAK_BOUND_MET, applies, binpack_bound, model_value
 from layerfit.speed.deployment import deployment_speed
-
-ONE_WORKER_BOUND = "one-worker-time-bound"
-"""Shortcut name: main workers left out of the one-worker step, slower than the hint (``speed_bound``)."""
-RPC_HOP_BOUND = "rpc-hop-bound"
-"""Shortcut name: no layout with rpc-servers can beat the best one-worker layout (``speed_bound``)."""
-ONE_WORKER_SHARE = 0.4
-"""Share of the work left the one-worker step may spend (the several-workers step gets most of the rest)."""
-SEVERAL_SHARE = 0.6
-"""Share of the work left after the first step for the several-workers step."""
-
-
-@dataclass(frozen=True)
-class _Step:
-    """A step's model, its best run (``None``: nothing found) and whether it is proven."""
-
-    built: BuiltModel
-    unpruned: Instance
-    best: Run | None
-    proven: bool
-    hinted: tuple[int, ...] = ()
-
-    def value(self, tiers: SpeedTiers) -> tuple[int, int, int]:
-        assert self.best is not None
-        return self.best.value(tiers.time), self.best.value(tiers.workers), self.best.value(tiers.gpus)
 
 
 def solve_for_speed(
@@ -131,9 +112,9 @@ def solve_for_speed(
             trace.proof = proof
             return solve_result(instance, clock, trace, Status.INFEASIBLE)
     clock.step()
-    target = _incumbent_time_us(instance, cluster, deployment, profile, incumbent)
-    first = _one_worker(instance, hint, target, config, clock, trace, shortcuts=shortcuts)
-    second = _several_workers(instance, first, hint, incumbent, config, clock, trace, shortcuts=shortcuts)
+    target = incumbent_time_us(instance, cluster, deployment, profile, incumbent)
+    first = one_worker(instance, hint, target, config, clock, trace, shortcuts=shortcuts)
+    second = several_workers(instance, first, hint, incumbent, config, clock, trace, shortcuts=shortcuts)
     steps = [step for step in (second, first) if step is not None and step.best is not None]
     proven = first.proven and (second is None or second.proven)
     if not steps:
@@ -171,148 +152,24 @@ def solve_for_speed(
     )
 
 
-def speed_measure(stage: str, instance: Instance, tiers: SpeedTiers) -> Measure:
-    """The speed tiers for progress reports: microseconds per token, workers, GPUs (all minimised)."""
-    top = instance.speed.time_upper_bound(instance.rpc_slots + instance.local_slots) if instance.speed else 0
-    gpus = instance.rpc_slots + instance.local_slots
-    return Measure(
-        stage=stage,
-        unit="us per token",
-        tiers=(
-            Tier("decode time", "us per token", tiers.time, tiers.time_weight, False, 0, top),
-            Tier("workers", "workers", tiers.workers, tiers.worker_weight, False, 1, 1 + instance.rpc_slots),
-            Tier("GPUs", "GPUs", tiers.gpus, 1, False, 0, gpus),
-        ),
-    )
-
-
-def _search(
-    instance: Instance,
-    searched: Instance,
-    hint: Layout | None,
-    config: PlannerConfig,
-    clock: Clock,
-    trace: Trace,
-    name: str,
-    nominal_s: float,
-    *,
-    cap_us: int | None = None,
-    several: bool = False,
-) -> _Step:
-    """Minimise the speed tiers on ``searched`` (``instance`` pruned): at most ``cap_us`` of time,
-    with ``several`` at least two workers; the hint completed as a solution first (``_hint``)."""
-    built = build_model(searched)
-    tiers = speed_tiers(built.instance, built.variables)
-    if cap_us is not None:
-        built.model.add(tiers.time <= cap_us)
-    if several:
-        built.model.add(tiers.workers >= 2)
-    hinted = _hint(built, hint, several, config, clock, trace)
-    if hinted:
-        built.model.add(tiers.combined <= Run(cp_model.FEASIBLE, hinted, 0.0, 0.0, 0.0).value(tiers.combined))
-    built.model.maximize(-tiers.combined)
-    measure = speed_measure(stage_name(instance, name), built.instance, tiers)
-    found = trace.record(name, run(built, config, clock.work, measure, nominal_s=nominal_s))
-    best = found if found.found else None
-    if best is None and hinted:  # cut short: the hint's solution stands, unproven
-        best = Run(cp_model.FEASIBLE, hinted, 0.0, 0.0, 0.0)
-    proven = found.status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and not (
-        found.status == cp_model.INFEASIBLE and hinted
-    )
-    return _Step(built, instance, best, proven, hinted)
-
-
-def _hint(
-    built: BuiltModel, hint: Layout | None, several: bool, config: PlannerConfig, clock: Clock, trace: Trace
-) -> tuple[int, ...]:
-    """The hint as a complete solution of the step's model, when it has the step's worker count."""
-    if hint is None or (len(hint.workers) > 1) != several:
-        return ()
-    how, solution = complete_hint(built, hint, config, clock.work, clock.left() * HINT_SHARE)
-    trace.hinted(how)
-    return solution
-
-
-def _incumbent_time_us(
-    instance: Instance,
-    cluster: Cluster,
-    deployment: Deployment,
-    profile: MemoryProfile,
-    incumbent: Incumbent | None,
-) -> int | None:
-    """At least the valid hint's time in the model: its predicted time plus the rounding bound."""
-    if incumbent is None or instance.speed is None:
-        return None
-    predicted = deployment_speed(cluster, deployment, profile, incumbent.layout).decode_ms_per_token
-    return to_us(predicted) + instance.speed.error_us
-
-
-def _one_worker(
-    instance: Instance,
-    hint: Layout | None,
-    target_us: int | None,
-    config: PlannerConfig,
-    clock: Clock,
-    trace: Trace,
-    *,
-    shortcuts: bool,
-) -> _Step:
-    """Step 1: the fastest layout without an rpc-server; main workers whose every one-worker layout
-    is slower than the valid hint (``speed_bound.slower_mains``) left out, the tie-break's model too
-    (none of their layouts reaches the optimal time)."""
-    one = instance.restricted(rpc_slots=0, local_slots=instance.local_slots)
-    if shortcuts and target_us is not None:
-        slower = slower_mains(one, target_us)
-        if slower:
-            trace.shortcuts.append(ONE_WORKER_BOUND)
-            mains = frozenset(w for w, view in enumerate(one.workers) if view.main_ok and w not in slower)
-            one = one.restricted(rpc_slots=0, local_slots=instance.local_slots, mains=mains)
-    searched = prune_dominated(one, others=0) if shortcuts else one
-    return _search(one, searched, hint, config, clock, trace, "one-worker", clock.left() * ONE_WORKER_SHARE)
-
-
-def _several_workers(
-    instance: Instance,
-    first: _Step,
-    hint: Layout | None,
-    incumbent: Incumbent | None,
-    config: PlannerConfig,
-    clock: Clock,
-    trace: Trace,
-    *,
-    shortcuts: bool,
-) -> _Step | None:
-    """Step 2: a faster layout with rpc-servers, if any can be (``None``: proven that none is)."""
-    if instance.rpc_slots == 0:
-        return None
-    cap: int | None = None
-    servers = instance.rpc_slots
-    if first.best is not None:
-        tiers = speed_tiers(first.built.instance, first.built.variables)
-        cap = first.best.value(tiers.time) - 1
-        if shortcuts:
-            servers = most_servers(instance, cap)
-            if servers < 1:
-                trace.shortcuts.append(RPC_HOP_BOUND)
-                return None
-    clock.step()
-    several = instance.restricted(rpc_slots=servers, local_slots=instance.local_slots)
-    searched = prune_dominated(several, others=servers) if shortcuts else several
-    nominal = clock.left() * SEVERAL_SHARE
-    return _search(several, searched, hint, config, clock, trace, "several-workers", nominal, cap_us=cap, several=True)
-
-
 def _tie_break(
-    step: _Step, config: PlannerConfig, clock: Clock, trace: Trace, *, shortcuts: bool
+    step: Step, config: PlannerConfig, clock: Clock, trace: Trace, *, shortcuts: bool
 ) -> tuple[BuiltModel, Run, bool]:
     """With the speed tiers fixed, the policy's tie-break on the step's unpruned model: that model,
     its best run and whether it is proven. Never worse, in the model's units, than the step's own
     solution (the alternatives re-solve the model returned)."""
     assert step.best is not None
     clock.step()
-    built = build_model(step.unpruned)
-    tiers = speed_tiers(built.instance, built.variables)
     time, workers, gpus = step.value(speed_tiers(step.built.instance, step.built.variables))
+    unpruned = step.unpruned  # a layout of that many GPUs uses no more slots of a kind
+    narrow = unpruned.restricted(
+        rpc_slots=min(unpruned.rpc_slots, gpus) if workers > 1 else 0, local_slots=min(unpruned.local_slots, gpus)
+    )
+    if shortcuts and workers > 1 and too_large(narrow):  # as the layers search: the step's layout stands
+        trace.shortcuts.append(TIE_BREAK_NOT_SEARCHED)
+        return step.built, step.best, False
+    built = build_model(narrow)
+    tiers = speed_tiers(built.instance, built.variables)
     for expression, value in ((tiers.time, time), (tiers.workers, workers), (tiers.gpus, gpus)):
         built.model.add(expression == value)
     built.model.minimize(tie_break(built.model, built.instance, built.variables, uses_gpus=gpus > 0))

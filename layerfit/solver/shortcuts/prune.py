@@ -56,6 +56,36 @@ def prune_dominated(instance: Instance, others: int | None = None) -> Instance:
     return replace(instance, workers=workers, classes=classes)
 
 
+def keeping(pruned: Instance, unpruned: Instance, main: str | None, servers: frozenset[str]) -> Instance:
+    """``pruned`` with the roles of a known layout's workers given back as ``unpruned`` has them
+    (its main worker, its rpc-server workers): a superset of the pruned model, so its optimum still
+    holds, and the layout stays a solution (a hint the model can complete)."""
+    names = {view.name: w for w, view in enumerate(unpruned.workers)}
+    mains = {names[main]} if main in names else set()
+    rpc = {names[name] for name in servers if name in names}
+    if all(pruned.workers[w].main_ok == unpruned.workers[w].main_ok for w in mains) and all(
+        pruned.workers[w].rpc_ok == unpruned.workers[w].rpc_ok for w in rpc
+    ):
+        return pruned
+    workers = tuple(
+        replace(
+            view,
+            main_ok=view.main_ok or (w in mains and unpruned.workers[w].main_ok),
+            rpc_ok=view.rpc_ok or (w in rpc and unpruned.workers[w].rpc_ok),
+        )
+        for w, view in enumerate(pruned.workers)
+    )
+    classes = tuple(
+        replace(
+            cls,
+            rpc_ok=cls.rpc_ok or (workers[cls.worker].rpc_ok and unpruned.classes[c].rpc_ok),
+            local_ok=cls.local_ok or (workers[cls.worker].main_ok and unpruned.classes[c].local_ok),
+        )
+        for c, cls in enumerate(pruned.classes)
+    )
+    return replace(pruned, workers=workers, classes=classes)
+
+
 Profile = tuple[tuple[int, ...], tuple[int | None, ...]]
 """A worker's candidate GPUs for a role: capacities, largest first (equal ones fastest first), and
 each one's speed table (``None`` without time, and for the padding)."""
@@ -135,14 +165,14 @@ def _faster(instance: Instance, kind: SlotKind, d: int, b: int, tables: dict[int
     if speed is None:
         return True
     for mine, theirs in zip(tables[d], tables[b], strict=True):
-        if theirs is not None and (mine is None or not speed.tables[mine].at_least_as_fast(speed.tables[theirs])):
+        if theirs is not None and (mine is None or not speed.table_order[mine][theirs]):
             return False
     nets = set(speed.net_of)
     if kind is SlotKind.RPC:
         pairs = [((a, speed.net_of[d]), (a, speed.net_of[b])) for a in nets]
     else:
         host_d, host_b = speed.host_of[d], speed.host_of[b]
-        if host_d is None or host_b is None or not speed.hosts[host_d].at_least_as_fast(speed.hosts[host_b]):
+        if host_d is None or host_b is None or not speed.host_order[host_d][host_b]:
             return False
         pairs = [((speed.net_of[d], a), (speed.net_of[b], a)) for a in nets]
     for mine_pair, their_pair in pairs:

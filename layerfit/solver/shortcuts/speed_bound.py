@@ -8,8 +8,9 @@
   every block starts on ``w``'s CPU, and at most ``C`` of them move to its GPUs, ``C`` the most
   blocks its GPUs hold (``capacity.block_capacity``, an upper bound), each saving at most its best
   GPU table's difference; the ``C`` largest positive savings are taken. The output layer at its
-  cheapest place among them, the host's fixed cost, and nothing for a GPU's once-per-token cost
-  (at least 0). Only where no block's experts may leave it (they would change both time and room).
+  cheapest place among them, the host's fixed cost, and the least once-per-token cost of one of
+  its GPUs (a layout that uses a GPU uses one); or every block on the host. Only where no block's
+  experts may leave it (they would change both time and room).
   ``slower_mains``: the workers whose bound exceeds a known layout's time: no one-worker layout
   they lead can be optimal.
 
@@ -62,13 +63,15 @@ def one_worker_least_time_us(instance: Instance, worker: int) -> int | None:
         if instance.classes[c].local_ok and (t := costs.local_table[c]) is not None
     ]
     kept = [host.prefix[b + 1] - host.prefix[b] for b in range(instance.n_blocks)]
-    savings: list[int] = []
-    if tables:
-        savings = sorted((kept[b] - min(t.block(b) for t in tables) for b in range(instance.n_blocks)), reverse=True)
+    on_host = host.fixed + sum(kept) + host.output
+    if not tables:
+        return on_host
+    savings = sorted((kept[b] - min(t.block(b) for t in tables) for b in range(instance.n_blocks)), reverse=True)
     room = min(instance.n_blocks, block_capacity(instance, worker, SlotKind.LOCAL, instance.local_slots))
     moved = sum(saving for saving in savings[:room] if saving > 0)
     output = min([host.output, *(t.output for t in tables)])
-    return host.fixed + sum(kept) - moved + output
+    device = min(t.device for t in tables)  # a layout using a GPU uses at least one
+    return min(on_host, host.fixed + sum(kept) - moved + output + device)
 
 
 def slower_mains(instance: Instance, target_us: int) -> frozenset[int]:

@@ -26,7 +26,7 @@ from ortools.sat.python import cp_model
 from layerfit.solver.model.capacity import block_capacity
 from layerfit.solver.model.instance import Instance, SlotKind
 from layerfit.solver.model.speed_costs import SpeedCosts
-from layerfit.solver.model.speed_floor import time_floor
+from layerfit.solver.model.speed_floor import least_device_cost, time_floor
 from layerfit.solver.model.variables import Expr, IntVar, SlotVars, Variables
 
 Literal = cp_model.IntVar
@@ -60,11 +60,13 @@ def _floor(model: cp_model.CpModel, instance: Instance, variables: Variables, to
     floor = time_floor(instance)
     if not floor or variables.decode_us is None:
         return
-    least = model.new_int_var(min(floor), max(max(floor), 0), "decode_floor")
-    model.add_element(variables.cpu_blocks, list(floor), least)
-    model.add(variables.decode_us >= least)
     costs = instance.speed
     assert costs is not None
+    least = model.new_int_var(min(floor), max(max(floor), 0), "decode_floor")
+    model.add_element(variables.cpu_blocks, list(floor), least)
+    device, hop = least_device_cost(instance, costs), costs.least_hop()
+    per_slot = [(device if slot.kind is SlotKind.LOCAL else hop) * slot.used for slot in variables.slots]
+    model.add(variables.decode_us >= least + sum(per_slot))
     # one worker whose blocks keep their experts: its GPUs hold at most block_capacity blocks
     if instance.rpc_slots == 0 and instance.experts is None and not costs.fixed_host_experts:
         n = instance.n_blocks
