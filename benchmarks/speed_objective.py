@@ -237,7 +237,9 @@ def run_solver(chosen: list[int], time_limit_s: float) -> bool:
         for objective in Objective:
             chosen_outcomes = [o for o in outcomes if o.case.gpus == gpus and o.objective is objective]
             times = [o.seconds for o in chosen_outcomes]
-            statuses = ", ".join(f"{k} {v}" for k, v in sorted(Counter(o.status.value for o in chosen_outcomes).items()))
+            statuses = ", ".join(
+                f"{k} {v}" for k, v in sorted(Counter(o.status.value for o in chosen_outcomes).items())
+            )
             print(f"{gpus:>6} {objective.value:<9} {_spread(times)}  {statuses}")
             if objective is Objective.SPEED:
                 limit = SMALL_P99_S if gpus <= SMALL_GPUS else LARGE_P99_S
@@ -261,7 +263,9 @@ def run_solver(chosen: list[int], time_limit_s: float) -> bool:
     print(f"Speed answers not proven within the limit: {unproven} of {len(pairs)}")
     checks.append((f"a proven speed layout predicted slower than the layers one: {len(slower)}", not slower))
     for layers, speed in slower[:3]:
-        print(f"  {layers.case.gpus} GPUs #{layers.case.index}: layers {layers.decode_ms:.1f} ms, speed {speed.decode_ms}")
+        print(
+            f"  {layers.case.gpus} GPUs #{layers.case.index}: layers {layers.decode_ms:.1f} ms, speed {speed.decode_ms}"
+        )
     print("\nTargets:")
     for text, passed in checks:
         print(f"  {text}: {'PASS' if passed else 'FAIL'}")
