@@ -21,6 +21,7 @@ def test_examples_are_written_from_the_package_and_plan(capsys: pytest.CaptureFi
     assert written == [
         "cluster.yaml",
         "deployment.yaml",
+        "fleet-speed.yaml",
         "fleet.yaml",
         "layout.yaml",
         "moe-cluster.yaml",

@@ -10,6 +10,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.fleet import Fleet, FleetPlan, LostPlacement, PlacedReplica, ReplicaCommands, own_port
 from layerfit.domain.speed import SpeedPrediction
+from layerfit.fleet.busy import gpu_sharing
 from layerfit.planning.planner import deployment_commands
 from layerfit.planning.profiles import resolve_profile
 from layerfit.planning.speed import layout_speed
@@ -34,11 +35,6 @@ SERVER_PORT_BASE = 8080
 """llama-server's default port; further replicas on the same worker take the next ones."""
 
 
-def gpu_sharing(plan: FleetPlan) -> Counter[tuple[str, int]]:
-    """How many placed replicas use each GPU."""
-    return Counter((d.worker, d.gpu_index) for placed in plan.placements for d in placed.layout.devices)
-
-
 def speeds(
     fleet: Fleet, deployments: dict[str, Deployment], plan: FleetPlan, placed: PlacedReplica
 ) -> dict[str, SpeedPrediction | None]:
@@ -46,7 +42,7 @@ def speeds(
     deployment = deployments[placed.deployment]
     profile = resolve_profile(deployment)
     alone = layout_speed(fleet.cluster, deployment, profile, placed.layout)
-    shared = gpu_sharing(plan)
+    shared = gpu_sharing(plan.placements)
     sharing = {(d.worker, d.gpu_index): shared[(d.worker, d.gpu_index)] for d in placed.layout.devices}
     busy = None
     if any(count > 1 for count in sharing.values()):

@@ -20,6 +20,7 @@ UNITS = {
     "priority weight placed": "priority weight",
     "layers on GPUs": "layers",
     "replicas moved": "replicas",
+    "busy decode time": "us per token, summed over the speed replicas",
     "GPUs and workers used": "GPUs",
 }
 """What each tier's reported value and bound count."""

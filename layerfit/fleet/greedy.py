@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from layerfit.domain.layout import Layout
+from layerfit.fleet.busy import GpuKey, layout_gpus
 from layerfit.fleet.master import Counts, Master
 
 
@@ -49,16 +50,46 @@ class _Packing:
         self.left = [deployment.replicas for deployment in master.deployments]
         self.layers = master.gpu_layers
         self.gpus = [[[(k, n) for k, n in takes if isinstance(k, tuple)] for takes in row] for row in master.loads]
+        self.busy = master.busy if master.busy is not None and master.busy.has_limits else None
+        self.on: Counter[GpuKey] = Counter()
+        """Replicas placed per GPU, where a deployment sets a minimum speed."""
+        self.limited_on: dict[GpuKey, set[tuple[int, int]]] = defaultdict(set)
+        """Per GPU: the placed candidates with a minimum speed that use it."""
 
     def fits(self, d: int, c: int) -> bool:
         free = self.free
-        return all(free[key] >= n_bytes for key, n_bytes in self.master.loads[d][c])
+        return all(free[key] >= n_bytes for key, n_bytes in self.master.loads[d][c]) and self.keeps_minimums(d, c)
+
+    def keeps_minimums(self, d: int, c: int) -> bool:
+        """One more replica on candidate ``c`` keeps its own busy time and that of every placed
+        replica on its GPUs within their minimums (``busy`` module)."""
+        busy = self.busy
+        if busy is None:
+            return True
+        gpus = layout_gpus(self.master.layouts[d][c])
+        others = {(d, c)} if busy.limits[d] is not None else set()
+        for gpu in gpus:
+            others |= self.limited_on[gpu]
+        for other_d, other_c in others:
+            time, limit = busy.times[other_d][other_c], busy.limits[other_d]
+            if time is None or limit is None:
+                continue
+            on = {gpu: self.on[gpu] + (gpu in gpus) for gpu, _ in time.shares_us}
+            if time.time_us(on) > limit:
+                return False
+        return True
 
     def take(self, d: int, c: int) -> bool:
         if not self.fits(d, c):
             return False
         for key, n_bytes in self.master.loads[d][c]:
             self.free[key] -= n_bytes
+        if self.busy is not None:
+            gpus = layout_gpus(self.master.layouts[d][c])
+            self.on.update(gpus)
+            if self.busy.limits[d] is not None:
+                for gpu in gpus:
+                    self.limited_on[gpu].add((d, c))
         self.counts[d][c] += 1
         self.left[d] -= 1
         return True

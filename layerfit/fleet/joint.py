@@ -28,6 +28,7 @@ from layerfit.domain.layout import Claims, Layout
 from layerfit.domain.plan import EngineStats, Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import SolverError
+from layerfit.fleet.busy import busy_reasons, busy_table
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.fleet.gaps import UNITS, gpus_bound
 from layerfit.fleet.gaps import tier_bound as gap_bound
@@ -35,7 +36,7 @@ from layerfit.fleet.greedy import gpus_used
 from layerfit.fleet.master import Master
 from layerfit.fleet.moves import assign_replicas, order_moves
 from layerfit.fleet.screen import pin_conflicts
-from layerfit.fleet.tiers import TIER_NAMES, TierOutcome, solve_tiers
+from layerfit.fleet.tiers import FOOTPRINT, TierOutcome, solve_tiers, tier_names, tier_value
 from layerfit.memory import claims as compute_claims
 from layerfit.planning.device_cap import device_cap_reason
 
@@ -136,12 +137,17 @@ def choose(
         seeded[name][layout] += 1
     if budget is None:
         budget = Budget.of(config.time_limit_s if deadline is None else deadline.remaining(), deadline)
-    master = Master(cluster, deployments, candidates, current_counts(fleet), pins, seeded, budget.deadline)
+    layouts = [[layout for layout, _ in options] for options in candidates]
+    busy = busy_table(cluster, deployments, profiles, layouts, planner_config)
+    master = Master(cluster, deployments, candidates, current_counts(fleet), pins, seeded, budget.deadline, busy)
     outcome = solve_tiers(master, config, budget.part(1 - DECODE_SHARE))
     placed, unplaced = _replicas(deployments, candidates, outcome.counts, current_by)
     unplaced = _with_device_cap(cluster, deployments, profiles, candidates, planner_config, unplaced)
     if capacity_reasons(cluster, *(p.claims for p in placed)):
         raise SolverError("fleet plan exceeds a capacity after decoding; this is a bug")
+    slow = busy_reasons(cluster, {d.name: d for d in deployments}, profiles, placed)
+    if slow:
+        raise SolverError(f"fleet plan breaks a minimum decode speed with its GPUs busy ({slow[0]}); this is a bug")
     # Replicas on workers or GPUs that are gone are not running any more: nothing to stop there.
     current = _running(fleet, profiles, candidates)
     before = [(p.deployment, p.replica) for p in fleet.current]
@@ -198,17 +204,17 @@ def candidate_bounds(master: Master, outcome: TierOutcome) -> tuple[TierBound, .
     """Every tier's value in its own units with the master's own bound, relative to the candidates
     only (each among the plans with the earlier tiers' values); a tier not solved (cut short) or
     whose bound is trivial has none. The GPUs and workers tier is given in GPUs."""
-    counts = (*master.tier_values(outcome.counts), gpus_used(master, outcome.counts))
     bounds = []
-    for position, name in enumerate(TIER_NAMES):
+    for position, name in enumerate(tier_names(master)):
         maximised = name in MAXIMISED_TIERS
         solved = position < len(outcome.values)
         raw = outcome.master_bounds[position] if solved and position < len(outcome.master_bounds) else None
         raw = raw if raw is not None and math.isfinite(raw) else None
-        if position == 3 and raw is not None:
+        if name == FOOTPRINT and raw is not None:
             raw = float(gpus_bound(raw, master.n_workers))
         proven = solved and position < len(outcome.proven) and outcome.proven[position]
-        bounds.append(gap_bound(name, UNITS[name], counts[position], raw, maximised, proven))
+        value = gpus_used(master, outcome.counts) if name == FOOTPRINT else tier_value(master, name, outcome.counts)
+        bounds.append(gap_bound(name, UNITS[name], value, raw, maximised, proven))
     return tuple(bounds)
 
 

@@ -7,6 +7,11 @@ pricing charges each GPU and worker a layout opens. A tier whose column generati
 pricing round, or whose LP failed, keeps the master's bound over the candidates (so does one whose
 bound over all layouts says nothing, a lower bound of 0, where the master's does): no bound over
 all layouts is printed that pricing did not earn.
+
+Where the busy decode time tier (``objective: speed``) sits between the two, the GPUs tier's
+column generation does not fix it, nor does any LP here keep ``min_decode_tokens_per_s`` with the
+GPUs busy: each LP is over more plans than the master allows, so its bound is still a bound (a
+relaxation). The busy tier keeps the master's own bound over the candidates.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from layerfit.errors import SolverError
 from layerfit.fleet.colgen import TOLERANCE, Bound, ColumnGeneration, reached, tier_bound
 from layerfit.fleet.gaps import gpus_bound
 from layerfit.fleet.lp import GPUS, MOVES, Goal
+from layerfit.fleet.tiers import FOOTPRINT
 
 MIN_TIME_S = 0.1
 """Column generation for a tier starts only with this much time left."""
@@ -76,7 +82,8 @@ def later_bounds(cg: ColumnGeneration, plan: FleetPlan, deadline: Deadline, budg
         # replicas kept at most the bound: moved at least the rest (an integer)
         fewest = math.ceil(moves_total - moves.value - TOLERANCE * max(1.0, moves_total))
         found[0] = _better(tier_bound(moves, moved, float(fewest), candidates_bound=found[0].bound), found[0])
-    if len(values) < 4:
+    footprint_at = next((i for i, bound in enumerate(found) if bound.tier == FOOTPRINT), None)
+    if footprint_at is None or len(values) < 3 + footprint_at:
         return found
     goal = Goal(GPUS, placed_floor=values[0], layers_floor=values[1], kept_floor=moves_total - moved)
     gpus = _run(cg, goal, deadline, 0.0, budget_s * (1 - MOVES_SHARE))
@@ -84,7 +91,11 @@ def later_bounds(cg: ColumnGeneration, plan: FleetPlan, deadline: Deadline, budg
         # the LP bounds GPUs x (workers + 1) + workers from below: GPUs, with every worker used
         fewest_gpus = gpus_bound(-gpus.value, len(cg.cluster.workers))
         over_all = tier_bound(
-            gpus, found[1].value, float(fewest_gpus), candidates_bound=found[1].bound, moved_ceiling=moved
+            gpus,
+            found[footprint_at].value,
+            float(fewest_gpus),
+            candidates_bound=found[footprint_at].bound,
+            moved_ceiling=moved,
         )
-        found[1] = _better(over_all, found[1])
+        found[footprint_at] = _better(over_all, found[footprint_at])
     return found

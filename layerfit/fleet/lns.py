@@ -186,6 +186,10 @@ class _Group:
             proposal[d][c] = solver.value(var)
         if footprint(master, proposal) >= footprint(master, counts):
             return False
+        # the group's model knows no busy time: a proposal that breaks a minimum, or does worse on
+        # the speed tier (solved before this one), is not taken
+        if not master.keeps_minimums(proposal) or master.busy_value(proposal) > master.busy_value(counts):
+            return False
         self.search.counts = proposal
         return True
 

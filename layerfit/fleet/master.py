@@ -20,6 +20,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Claims, Layout
 from layerfit.errors import InputError
+from layerfit.fleet.busy import BusyTable, layout_gpus
 from layerfit.fleet.candidates import CandidateSet
 from layerfit.solver.model.scale import add_at_most
 
@@ -105,6 +106,8 @@ class Master:
     footprint: cp_model.LinearExprT
     used_gpus: list[cp_model.IntVar]
     used_workers: list[cp_model.IntVar]
+    busy_time: cp_model.LinearExprT
+    """The speed tier's expression (``busy.BusyTable.total_us``), where a deployment has ``objective: speed``."""
 
     def __init__(
         self,
@@ -115,8 +118,12 @@ class Master:
         pins: dict[str, Counter[Layout]],
         seed: dict[str, Counter[Layout]] | None = None,
         deadline: Deadline | None = None,
+        busy: BusyTable | None = None,
     ) -> None:
         self.model = cp_model.CpModel()
+        self.busy = busy
+        """Busy decode times, where a deployment sets ``min_decode_tokens_per_s`` or ``objective: speed``."""
+        self.layouts = [[layout for layout, _ in options] for options in candidates]
         self.seed = seed or {}
         self.deployments = deployments
         self.candidates = candidates
@@ -153,6 +160,10 @@ class Master:
             self.x.append(self._replica_row(d, deployment))
             kept_terms += self._kept_and_pinned(d, deployment)
         self._capacity_rows(cluster, check)
+        if self.busy is not None and (self.busy.has_limits or self.busy.has_speed_tier):
+            on_gpu = self._gpu_replicas()
+            self._busy_rows(self.busy, on_gpu, check)
+            self.busy_time = self._busy_objective(self.busy, on_gpu) if self.busy.has_speed_tier else 0
         self.used_gpus = self._usage(self._users(lambda key: isinstance(key, tuple)), "gpu", check)
         self.used_workers = self._usage(self._users(lambda key: isinstance(key, str)), "worker", check)
         self.placed = sum(
@@ -202,6 +213,79 @@ class Master:
                 if load.get(key):
                     check.after(len(load[key]))
                     add_at_most(self.model, load[key], self.capacity[key], f"{worker.name}_{i}")
+
+    def _gpu_replicas(self) -> dict[tuple[str, int], tuple[int, list[cp_model.IntVar]]]:
+        """Per GPU: the most replicas its candidates can place on it, and their variables (by the
+        layouts' devices, as ``busy.gpu_sharing`` counts them)."""
+        on_gpu: dict[tuple[str, int], tuple[int, list[cp_model.IntVar]]] = {}
+        for deployment, row, layouts in zip(self.deployments, self.x, self.layouts, strict=True):
+            for var, layout in zip(row, layouts, strict=True):
+                for gpu in layout_gpus(layout):
+                    most, users = on_gpu.get(gpu, (0, []))
+                    users.append(var)
+                    on_gpu[gpu] = (most + deployment.replicas, users)
+        return on_gpu
+
+    def _busy_rows(
+        self, busy: BusyTable, on_gpu: Mapping[tuple[str, int], tuple[int, list[cp_model.IntVar]]], check: _Checks
+    ) -> None:
+        """``min_decode_tokens_per_s`` with every replica on a candidate's GPUs decoding at once
+        (``busy`` module): a candidate in use keeps ``rest + sum share_g x replicas on g <= limit``.
+        A candidate that keeps it however full its GPUs get needs no row; one that breaks it alone
+        is not used."""
+        for d, row in enumerate(self.x):
+            limit = busy.limits[d]
+            if limit is None:
+                continue
+            replicas = self.deployments[d].replicas
+            for var, time in zip(row, busy.times[d], strict=True):
+                assert time is not None  # a deployment with a minimum has every candidate's time
+                check.after(len(time.shares_us))
+                if time.time_us({gpu: on_gpu[gpu][0] for gpu, _ in time.shares_us}) <= limit:
+                    continue
+                if time.time_us({}) > limit:
+                    self.model.add(var == 0)
+                    continue
+                used = self.model.new_bool_var(f"busy_{var.name}")
+                self.model.add(var <= replicas * used)
+                shared = sum(share * sum(on_gpu[gpu][1]) for gpu, share in time.shares_us)
+                self.model.add(time.rest_us + shared <= limit).only_enforce_if(used)
+
+    def _busy_objective(
+        self, busy: BusyTable, on_gpu: Mapping[tuple[str, int], tuple[int, list[cp_model.IntVar]]]
+    ) -> cp_model.LinearExprT:
+        """The busy decode time of every replica of a speed deployment, summed, exactly: per
+        replica ``rest + sum share_g n_g``, so in all ``sum rest x + sum over GPUs g of n_g times
+        (the shares on g of the speed replicas there)``, one product per GPU."""
+        linear: list[cp_model.LinearExprT] = []
+        on: dict[tuple[str, int], list[tuple[int, cp_model.IntVar, int]]] = defaultdict(list)
+        for d, row in enumerate(self.x):
+            if not busy.speedy[d]:
+                continue
+            replicas = self.deployments[d].replicas
+            for var, time in zip(row, busy.times[d], strict=True):
+                assert time is not None  # a speed deployment has every candidate's time
+                linear.append(time.rest_us * var)
+                for gpu, share in time.shares_us:
+                    on[gpu].append((share, var, replicas))
+        for i, (gpu, parts) in enumerate(on.items()):
+            most, users = on_gpu[gpu]
+            shares = self.model.new_int_var(0, sum(share * n for share, _, n in parts), f"shares_{i}")
+            self.model.add(shares == sum(share * var for share, var, _ in parts))
+            count = self.model.new_int_var(0, most, f"on_{i}")
+            self.model.add(count == sum(users))
+            product = self.model.new_int_var(0, sum(share * n for share, _, n in parts) * most, f"busy_{i}")
+            self.model.add_multiplication_equality(product, [shares, count])
+            linear.append(product)
+        return sum(linear)
+
+    def busy_value(self, counts: Sequence[Sequence[int]]) -> int:
+        """The speed tier's value of a solution given as replicas per candidate."""
+        return 0 if self.busy is None else self.busy.total_us(self.layouts, counts)
+
+    def keeps_minimums(self, counts: Sequence[Sequence[int]]) -> bool:
+        """Every placed replica's busy time keeps its deployment's minimum (``busy`` module)."""
+        return self.busy is None or not self.busy.violated(self.layouts, counts)
 
     def _users(self, selects: Any) -> dict[ResourceKey, list[tuple[int, cp_model.IntVar]]]:
         """Per resource that ``selects`` keeps, in first-use order: (replica bound, variable) of its users."""

@@ -70,10 +70,14 @@ class Priced:
 
 
 def _split_classes(instance: Instance, prices: Prices) -> Instance:
-    """GPU classes split so that all GPUs of a class have one price (per MiB, and to open); no twin workers."""
+    """GPU classes split so that all GPUs of a class have one price (per MiB, and to open); no twin
+    workers. A class split keeps its decode costs (``Instance.speed``'s tables are per class): the
+    pricing model keeps ``min_decode_tokens_per_s`` for one replica alone as the solver does."""
     classes: list[GpuClass] = []
     members: dict[int, list[int]] = defaultdict(list)
-    for cls in instance.classes:
+    origin: list[int] = []
+    """Per class made: the class it was split from (its decode costs, where the instance counts time)."""
+    for c, cls in enumerate(instance.classes):
         worker = instance.workers[cls.worker].name
         by_price: dict[tuple[float, float], list[int]] = defaultdict(list)
         for index in cls.gpu_indexes:
@@ -82,8 +86,16 @@ def _split_classes(instance: Instance, prices: Prices) -> Instance:
         for indexes in by_price.values():
             members[cls.worker].append(len(classes))
             classes.append(replace(cls, gpu_indexes=tuple(indexes)))
+            origin.append(c)
     workers = tuple(replace(view, classes=tuple(members[w]), twin_of=None) for w, view in enumerate(instance.workers))
-    return replace(instance, classes=tuple(classes), workers=workers)
+    speed = instance.speed
+    if speed is not None:
+        speed = replace(
+            speed,
+            local_table=tuple(speed.local_table[c] for c in origin),
+            rpc_table=tuple(speed.rpc_table[c] for c in origin),
+        )
+    return replace(instance, classes=tuple(classes), workers=workers, speed=speed)
 
 
 def _grid(instance: Instance, prices: Prices) -> float:

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from layerfit.check import offload_order_reasons, rule_reasons
+from layerfit.check import offload_order_reasons, rule_reasons, speed_reasons
 from layerfit.domain.cluster import Cluster, Worker
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
@@ -22,6 +22,7 @@ from layerfit.domain.profile import MemoryProfile
 from layerfit.fleet.gpu_table import BoolArray, GpuTable, IntArray
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import make_layout
+from layerfit.speed.deployment import layout_speed_key
 
 Item = TypeVar("Item")
 
@@ -84,7 +85,9 @@ class Fitting:
 def fitting_gpus(
     cluster: Cluster, deployment: Deployment, profile: MemoryProfile, config: PlannerConfig, table: GpuTable
 ) -> Fitting:
-    """The GPUs (of the selection, where there is one) a full offload fits on alone."""
+    """The GPUs (of the selection, where there is one) a full offload fits on alone, and there
+    meets the deployment's ``min_decode_tokens_per_s`` alone (as every other candidate does:
+    ``check.checked_claims``)."""
     selected = None if deployment.gpu_selection is None else {(r.worker, r.index) for r in deployment.gpu_selection}
     mask = table.selected(selected)
     templates: dict[bool, Claims | None] = {}
@@ -98,7 +101,31 @@ def fitting_gpus(
         if template is not None:
             ram = template.workers[0].pool_bytes if unified else template.workers[0].ram_bytes
             fits |= table.fitting(mask, unified, template.devices[0].total_bytes, ram)
+    if deployment.min_decode_tokens_per_s is not None:
+        fits &= _fast_enough(cluster, deployment, profile, config, table, fits)
     return Fitting(table, fits, templates)
+
+
+def _fast_enough(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    table: GpuTable,
+    fits: BoolArray,
+) -> BoolArray:
+    """The fitting GPUs where a full offload alone meets ``min_decode_tokens_per_s`` (``check.speed_reasons``,
+    once per ``layout_speed_key``: GPUs alike in speed decide alike)."""
+    fast = np.zeros(len(fits), dtype=np.bool_)
+    decided: dict[object, bool] = {}
+    for row in np.flatnonzero(fits):
+        worker, index = table.gpu(int(row))
+        layout = _single_layout(profile, config, worker, index)
+        key = layout_speed_key(cluster, layout)
+        if key not in decided:
+            decided[key] = not speed_reasons(cluster, deployment, profile, layout)
+        fast[row] = decided[key]
+    return fast
 
 
 def _moved_template(template: Claims, worker: Worker, index: int) -> Claims:

@@ -3,6 +3,15 @@
 Priority weight placed (weights chosen so that one replica of a higher priority outweighs every
 replica of all lower ones), layers on GPUs, replicas moved (only replicas with a current placement
 count; pinned replicas are fixed), then GPUs and workers used.
+
+Where a deployment is planned under ``objective: speed``, the busy decode time tier (``busy``)
+comes after replicas moved and before GPUs and workers used: the sum, over every replica of such a
+deployment, of its predicted decode time per token with every replica on its GPUs decoding at once
+(in µs, exact: ``Master._busy_objective``). After the moves, because restarting a running replica
+to make it faster is a disruption the plan should not buy on speed alone (a replica that must
+move anyway goes where it runs fastest); before the GPUs tier, because fewer GPUs is exactly
+stacking replicas on one GPU, which speed forbids where an idle GPU can take them. Without such a
+deployment the tier is not there and the plans are those of the four tiers.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from layerfit.budget.progress import Progress, report, solution_callback
 from layerfit.domain.fleet import FleetConfig
 from layerfit.domain.plan import Status
 from layerfit.errors import SolverError
+from layerfit.fleet.busy import BUSY_TIER
 from layerfit.fleet.gaps import gap
 from layerfit.fleet.greedy import greedy
 from layerfit.fleet.lns import GROUP_WORKERS, footprint, search_footprint
@@ -35,10 +45,16 @@ class Tier:
 
 
 TIER_NAMES = ("priority weight placed", "layers on GPUs", "replicas moved", "GPUs and workers used")
-TIER_UNITS = ("priority-weighted replicas", "layers", "replicas", "(GPUs x (workers + 1) + workers)")
+TIER_UNITS = {
+    TIER_NAMES[0]: "priority-weighted replicas",
+    TIER_NAMES[1]: "layers",
+    TIER_NAMES[2]: "replicas",
+    BUSY_TIER: "us per token, summed over the replicas",
+    TIER_NAMES[3]: "(GPUs x (workers + 1) + workers)",
+}
 """What each tier's value counts, for progress reports."""
-FOOTPRINT = 3
-"""Position of the GPUs and workers tier."""
+FOOTPRINT = TIER_NAMES[3]
+"""The GPUs and workers tier."""
 SEARCH_SHARE = 0.75
 """Share of the GPUs and workers tier's time for the search by groups of workers on a large fleet
 (the rest: CP-SAT over the whole master, started from the search's plan)."""
@@ -51,19 +67,39 @@ minute, proves no bound, and overruns its limit under load)."""
 MODEL_STAGE = "the master's model (not built in time: the greedy start is the plan)"
 
 
-def _stage(position: int, n_tiers: int) -> str:
-    return f"fleet tier {position + 1}/{n_tiers} ({TIER_NAMES[position]})"
+def _stage(position: int, tier: Tier, n_tiers: int) -> str:
+    return f"fleet tier {position + 1}/{n_tiers} ({tier.name})"
 
 
 def tiers_of(master: Master) -> list[Tier]:
+    """The master's tiers in the order they are solved (the module docstring)."""
     placed, layers, moved = master.simple_bounds()
     built = master.built  # without the model, no expression (the tiers are only counted)
+    speed = [Tier(BUSY_TIER, master.busy_time if built else 0, False, None)] if has_speed_tier(master) else []
     return [
         Tier(TIER_NAMES[0], master.placed if built else 0, True, placed),
         Tier(TIER_NAMES[1], master.layers if built else 0, True, layers),
         Tier(TIER_NAMES[2], master.moved if built else 0, False, moved),
+        *speed,
         Tier(TIER_NAMES[3], master.footprint if built else 0, False, None),
     ]
+
+
+def has_speed_tier(master: Master) -> bool:
+    return master.busy is not None and master.busy.has_speed_tier
+
+
+def tier_names(master: Master) -> tuple[str, ...]:
+    return tuple(tier.name for tier in tiers_of(master))
+
+
+def tier_value(master: Master, name: str, counts: Counts) -> int:
+    """A solution's value on the tier of that name (a count: minimised tiers are not negated)."""
+    if name == FOOTPRINT:
+        return footprint(master, counts)
+    if name == BUSY_TIER:
+        return master.busy_value(counts)
+    return master.tier_values(counts)[TIER_NAMES.index(name)]
 
 
 @dataclass(frozen=True)
@@ -126,20 +162,18 @@ class _Stages:
         else:
             self.master.model.add(tier.expression <= value)
 
-    def incumbent_value(self, position: int) -> int:
+    def incumbent_value(self, tier: Tier) -> int:
         """The incumbent's value on a tier (a count: minimised tiers are not negated)."""
         assert self.counts is not None
-        if position == FOOTPRINT:
-            return footprint(self.master, self.counts)
-        return self.master.tier_values(self.counts)[position]
+        return tier_value(self.master, tier.name, self.counts)
 
-    def keep(self, position: int, tier: Tier) -> None:
+    def keep(self, tier: Tier) -> None:
         """A tier with no time left or no solution from CP-SAT: the incumbent's value, not proven,
         no bound; the status says the plan is not proven from this tier on."""
         if self.counts is None:
             self.status, self.gap_tier = Status.UNKNOWN, self.gap_tier or tier.name
             return
-        self.fix(tier, self.incumbent_value(position))
+        self.fix(tier, self.incumbent_value(tier))
         self.bounds[-1], self.proven[-1] = math.nan, False
         self._unproven(tier)
 
@@ -149,11 +183,11 @@ class _Stages:
         if self.status is Status.OPTIMAL:
             self.status, self.gap_tier = Status.FEASIBLE, tier.name
 
-    def reaches_simple_bound(self, position: int, tier: Tier) -> bool:
+    def reaches_simple_bound(self, tier: Tier) -> bool:
         return (
             self.counts is not None
             and tier.simple_bound is not None
-            and self.master.tier_values(self.counts)[position] == tier.simple_bound
+            and self.incumbent_value(tier) == tier.simple_bound
         )
 
     def _search_footprint(self, share: float) -> bool:
@@ -174,7 +208,7 @@ class _Stages:
     def solve(self, position: int, tier: Tier, n_tiers: int) -> bool:
         """Solve one tier with its share of the work budget left (the wall clock's share as its
         safety stop), never ending worse on it than the incumbent; whether there was budget to."""
-        stage = _stage(position, n_tiers)
+        stage = _stage(position, tier, n_tiers)
         left = self.budget.left()
         if not self.master.built:  # its deadline passed while it was built: the greedy start is the plan
             self.budget.safety_stop(MODEL_STAGE)
@@ -182,9 +216,9 @@ class _Stages:
         if left <= 0.05 or self.budget.expired(stage):
             return False
         share = left / (n_tiers - position) if position < n_tiers - 1 else left
-        if position == FOOTPRINT:
+        if tier.name == FOOTPRINT:
             if not self._search_footprint(share):
-                self.keep(position, tier)
+                self.keep(tier)
                 return True
             share = max(0.05, share - (left - self.budget.left()))
         nominal = share if self.counts is not None else left * 0.7
@@ -194,21 +228,20 @@ class _Stages:
             self.master.model.maximize(tier.expression)
         else:
             self.master.model.minimize(tier.expression)
-        unit = TIER_UNITS[position] if position < len(TIER_UNITS) else ""
-        callback = solution_callback(_stage(position, n_tiers), unit, self.started) if self.config.progress else None
+        callback = solution_callback(stage, TIER_UNITS[tier.name], self.started) if self.config.progress else None
         outcome = self.solver.solve(self.master.model, callback)
         tier_budget.charge(self.solver, outcome, stage)
         if outcome == cp_model.INFEASIBLE:
             raise SolverError("fleet master model is infeasible (pinned replicas cannot all fit together)")
         if outcome not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            self.keep(position, tier)
+            self.keep(tier)
             return self.counts is not None
         value = round(self.solver.objective_value)
-        if self.counts is None or self._better(tier, value, self.incumbent_value(position)):
+        if self.counts is None or self._better(tier, value, self.incumbent_value(tier)):
             flat = iter([self.solver.value(var) for var in self.master.all_vars()])
             self.counts = [[next(flat) for _ in row] for row in self.master.x]
         else:
-            value = self.incumbent_value(position)
+            value = self.incumbent_value(tier)
         self._hint(self.counts)
         self.fix(tier, value)
         self.bounds[-1] = self.solver.best_objective_bound
@@ -233,17 +266,16 @@ def solve_tiers(master: Master, config: FleetConfig, budget: Budget | None = Non
     stages = _Stages(master, config, budget or Budget.of(config.time_limit_s))
     tiers = tiers_of(master)
     for position, tier in enumerate(tiers):
-        if stages.reaches_simple_bound(position, tier):
+        if stages.reaches_simple_bound(tier):
             assert tier.simple_bound is not None
             stages.fix(tier, tier.simple_bound)
             if config.progress:
                 elapsed = time.perf_counter() - stages.started
-                unit = TIER_UNITS[position] if position < len(TIER_UNITS) else ""
-                value, stage = float(tier.simple_bound), _stage(position, len(tiers))
-                report(Progress(stage, unit, elapsed, value, value, note="proven by a simple bound"))
+                value, stage = float(tier.simple_bound), _stage(position, tier, len(tiers))
+                report(Progress(stage, TIER_UNITS[tier.name], elapsed, value, value, note="proven by a simple bound"))
         elif not stages.solve(position, tier, len(tiers)):
-            for later in range(position, len(tiers)):
-                stages.keep(later, tiers[later])
+            for later in tiers[position:]:
+                stages.keep(later)
             break
     if stages.counts is None:
         return TierOutcome(Status.UNKNOWN, [[0] * len(row) for row in master.candidates], (), stages.gap_tier)

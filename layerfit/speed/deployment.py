@@ -49,11 +49,17 @@ def deployment_speed(
     )
 
 
-def deployment_decode_ms(cluster: Cluster, deployment: Deployment, profile: MemoryProfile, layout: Layout) -> float:
+def deployment_decode_ms(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    layout: Layout,
+    sharing: Mapping[tuple[str, int], int] | None = None,
+) -> float:
     """The predicted decode time per token of one layout of a deployment (``deployment_speed``'s,
     without the prompt's terms): what the heuristic ranks by under ``objective: speed``."""
     seen = speed_layout(profile, layout)
-    costs, _, _, _ = layout_costs(profile, seen, cluster, deployment_settings(deployment, profile))
+    costs, _, _, _ = layout_costs(profile, seen, cluster, deployment_settings(deployment, profile), sharing=sharing)
     return decode_ms(costs, seen)
 
 
