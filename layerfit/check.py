@@ -17,6 +17,7 @@ from layerfit.domain.limits import MAX_DEVICES
 from layerfit.domain.plan import Plan, Reason, ReasonKind
 from layerfit.domain.profile import MemoryProfile
 from layerfit.domain.selection import selection_reasons, tensor_split_in_force, whole_selection
+from layerfit.domain.speed import figure
 from layerfit.errors import expect
 from layerfit.memory import claims as compute_claims
 from layerfit.memory import device_blocks, gpu_layers_flag, used_device_blocks
@@ -324,10 +325,10 @@ def speed_reasons(
     predicted = deployment_speed(cluster, deployment, profile, layout)
     if predicted.decode_tokens_per_s >= minimum:
         return ()
-    largest = ", ".join(f"{term.where} {term.ms:.3g} ms" for term in predicted.largest_terms(2))
+    largest = predicted.largest_text(2)
     message = (
-        f"predicted {predicted.decode_tokens_per_s:.3g} tokens/s decode, below min_decode_tokens_per_s "
-        f"{minimum:g} ({predicted.decode_ms_per_token:.3g} ms per token; most in {largest})"
+        f"predicted {figure(predicted.decode_tokens_per_s)} tokens/s decode, below min_decode_tokens_per_s "
+        f"{minimum:g} ({figure(predicted.decode_ms_per_token)} ms per token; most in {largest})"
     )
     return (Reason(kind=ReasonKind.TOO_SLOW, message=message, resource="min_decode_tokens_per_s"),)
 

@@ -9,7 +9,7 @@ from layerfit.domain.cluster import Cluster
 from layerfit.domain.fleet import FleetPlan, PlacedReplica, ReplicaChange
 from layerfit.domain.layout import Claims
 from layerfit.domain.plan import EngineStats, Plan, Reason
-from layerfit.domain.speed import SpeedPrediction
+from layerfit.domain.speed import SpeedPrediction, figure
 from layerfit.heuristics.notes import Action
 
 _VRAM_TERMS = ("weights", "output", "KV", "compute", "runtime", "total")
@@ -141,11 +141,11 @@ def _rate(per_s: float) -> str:
 
 def speed_lines(speed: SpeedPrediction, terms: int = 2) -> list[str]:
     """The predicted speed, its largest decode terms, and what it assumed."""
-    largest = ", ".join(f"{term.where} {term.ms:.3g} ms" for term in speed.largest_terms(terms))
+    largest = speed.largest_text(terms)
     return [
         f"  predicted: {_rate(speed.decode_tokens_per_s)} tokens/s decode (one sequence, {speed.context_fill} tokens "
-        f"cached), {_rate(speed.prompt_tokens_per_s)} tokens/s prompt; per token {speed.decode_ms_per_token:.3g} ms, "
-        f"most in {largest}",
+        f"cached), {_rate(speed.prompt_tokens_per_s)} tokens/s prompt; "
+        f"per token {figure(speed.decode_ms_per_token)} ms, most in {largest}",
         *(f"    assumed: {text}" for text in speed.assumptions),
     ]
 

@@ -115,6 +115,16 @@ class SpeedTerm(Frozen):
     """What the figure is made of, with the numbers (bytes, bandwidth, count x cost)."""
 
 
+def figure(value: float) -> str:
+    """A predicted figure at three significant digits, never in exponent form (``0.501``, ``62.7``,
+    ``1,996``)."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+MINOR_SHARE = 0.01
+"""A decode term under this share of the total is not named among the largest (unless it is the largest)."""
+
+
 class SpeedPrediction(Itemised):
     """A layout's predicted speed for one sequence: decode (tokens generated) and prompt processing.
 
@@ -159,5 +169,12 @@ class SpeedPrediction(Itemised):
         return 1000.0 / self.prompt_ms_per_token
 
     def largest_terms(self, count: int = 2) -> tuple[SpeedTerm, ...]:
-        """The decode terms that take the most time, largest first."""
-        return tuple(sorted(self.terms, key=lambda term: -term.ms)[:count])
+        """The decode terms that take the most time, largest first; a term under 1 % of the total
+        only when it is the largest."""
+        ranked = sorted(self.terms, key=lambda term: -term.ms)[:count]
+        total = self.decode_ms_per_token
+        return tuple(term for i, term in enumerate(ranked) if i == 0 or term.ms >= MINOR_SHARE * total)
+
+    def largest_text(self, count: int = 2) -> str:
+        """``largest_terms`` as text: ``ws-big:cuda:0 (NVIDIA RTX A6000) 62.7 ms, ...``."""
+        return ", ".join(f"{term.where} {figure(term.ms)} ms" for term in self.largest_terms(count))

@@ -89,7 +89,7 @@ def estimate_speed(profile: MemoryProfile, params: LlamaParams, gpu_name: str) -
 
 
 def _line(title: str, speed: SpeedPrediction) -> str:
-    largest = ", ".join(f"{term.where} {term.ms:.3g} ms" for term in speed.largest_terms(2))
+    largest = speed.largest_text(2)
     return (
         f"  {title:<22} {speed.decode_tokens_per_s:>9.1f} tokens/s decode, {speed.prompt_tokens_per_s:>9.1f} tokens/s "
         f"prompt ({largest})"
