@@ -10,8 +10,9 @@ import pytest
 
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, Worker
 from layerfit.domain.config import Objective, PlannerConfig
-from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan
+from layerfit.domain.fleet import Fleet, FleetConfig, FleetPlan, Placement
 from layerfit.domain.layout import DeviceAssignment
+from layerfit.domain.plan import ReasonKind
 from layerfit.errors import InputError
 from layerfit.fleet import plan_fleet
 from layerfit.fleet.busy import BUSY_TIER, busy_time, gpu_sharing
@@ -175,3 +176,20 @@ def test_a_bad_speed_field_in_a_fleet_file_names_it(tmp_path: Path, field: str, 
     bad.write_text(text.replace("  - name: qwen-30b\n", f"  - name: qwen-30b\n    {field}: {value}\n"))
     with pytest.raises(InputError, match=field):
         load_file(Fleet, bad)
+
+
+def test_pins_that_together_break_a_busy_minimum_are_a_warning_not_an_error() -> None:
+    # three pinned replicas on GPU 0 of two: with two of them busy there the minimum still holds,
+    # with three it does not; the third pin is not enforced (PIN_BROKEN, named), the plan goes on
+    cluster = one_worker(2)
+    speeds = busy_speeds(cluster, small_model())
+    deployment = small_model(min_decode_tokens_per_s=(speeds[1] + speeds[2]) / 2)
+    layout = make_layout("w0", 32, [DeviceAssignment(worker="w0", gpu_index=0, blocks=32)])
+    pins = tuple(Placement(deployment="m", replica=r, layout=layout, pinned=True) for r in range(3))
+    fleet = Fleet(cluster=cluster, deployments=(deployment,), current=pins)
+    plan = plan_fleet(fleet, CONFIG)
+    broken = [reason for reason in plan.reasons if reason.kind is ReasonKind.PIN_BROKEN]
+    assert len(broken) == 1 and "pinned replica 2 of m" in broken[0].message
+    assert "with its GPUs busy, below min_decode_tokens_per_s" in broken[0].message
+    assert len(plan.placements) == 3 and per_gpu(plan) == [1, 2]
+    assert_busy_minimums(fleet, plan)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import Objective, PlannerConfig
 from layerfit.domain.deployment import Deployment
-from layerfit.domain.fleet import PlacedReplica
+from layerfit.domain.fleet import PlacedReplica, Placement
 from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
 from layerfit.speed.deployment import decode_limit_ms, deployment_decode_ms, deployment_speed, layout_speed_key
@@ -164,7 +164,7 @@ def replicas_on(layouts: Sequence[Sequence[Layout]], counts: Sequence[Sequence[i
     return on
 
 
-def gpu_sharing(placements: Iterable[PlacedReplica]) -> Counter[GpuKey]:
+def gpu_sharing(placements: Iterable[PlacedReplica | Placement]) -> Counter[GpuKey]:
     """How many placed replicas use each GPU."""
     return Counter(gpu for placed in placements for gpu in layout_gpus(placed.layout))
 
@@ -173,7 +173,7 @@ def busy_reasons(
     cluster: Cluster,
     deployments: Mapping[str, Deployment],
     profiles: Mapping[str, MemoryProfile],
-    placements: Sequence[PlacedReplica],
+    placements: Sequence[PlacedReplica | Placement],
 ) -> list[str]:
     """Placed replicas whose predicted speed with every replica on their GPUs decoding at once
     (``deployment_speed`` with the plan's sharing) is below their deployment's minimum."""

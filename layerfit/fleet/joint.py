@@ -69,7 +69,7 @@ def pin_reasons(
             )
             continue
         fitting.append((placement, profiles[deployment.name]))
-    together, conflicts = pin_conflicts(fleet.cluster, fitting)
+    together, conflicts = pin_conflicts(fleet.cluster, fitting, by_name)
     for placement in together:
         pins[placement.deployment][placement.layout] += 1
     return pins, [*reasons, *conflicts]

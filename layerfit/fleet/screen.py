@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from layerfit.check import capacity_reasons, reference_reasons, unified_workers
@@ -27,6 +27,7 @@ from layerfit.domain.layout import Claims
 from layerfit.domain.plan import Reason, ReasonKind, Severity
 from layerfit.domain.profile import MemoryProfile
 from layerfit.errors import LayerfitError
+from layerfit.fleet.busy import busy_reasons
 from layerfit.fleet.moves import gpu_names
 from layerfit.fleet.sequential import subtract
 from layerfit.memory import claims as compute_claims
@@ -209,16 +210,24 @@ def with_stops_first(plan: FleetPlan, stops: Sequence[Placement], cluster: Clust
 
 
 def pin_conflicts(
-    cluster: Cluster, pins: Sequence[tuple[Placement, MemoryProfile]]
+    cluster: Cluster,
+    pins: Sequence[tuple[Placement, MemoryProfile]],
+    deployments: Mapping[str, Deployment] | None = None,
 ) -> tuple[list[Placement], list[Reason]]:
-    """Pins that fit together, in order; each one that would overflow with those before it, why."""
+    """Pins that fit together, in order; each one that would overflow with those before it, or
+    (with ``deployments``) leave a pinned replica slower than its deployment's minimum with every
+    replica on its GPUs decoding at once (``busy.busy_reasons``), why."""
     unified = unified_workers(cluster)
     accepted: list[Placement] = []
     taken: list[Claims] = []
     reasons: list[Reason] = []
+    profiles: dict[str, MemoryProfile] = {}
     for placement, profile in pins:
+        profiles[placement.deployment] = profile
         needed = compute_claims(profile, placement.layout, unified)
-        overflow = capacity_reasons(cluster, *taken, needed)
+        overflow = [reason.message for reason in capacity_reasons(cluster, *taken, needed)]
+        if not overflow and deployments is not None:
+            overflow = busy_reasons(cluster, deployments, profiles, [*accepted, placement])
         if overflow:
             reasons.append(
                 Reason(
@@ -226,7 +235,7 @@ def pin_conflicts(
                     severity=Severity.WARNING,
                     worker=placement.layout.main_worker,
                     message=f"pinned replica {placement.replica} of {placement.deployment} does not fit together "
-                    f"with the pins before it: {overflow[0].message}; it is not enforced",
+                    f"with the pins before it: {overflow[0]}; it is not enforced",
                 )
             )
             continue
