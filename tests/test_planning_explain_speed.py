@@ -81,6 +81,7 @@ def test_the_fastest_layout_that_fits_and_its_dominant_term(at_30: Plan) -> None
     assert round(term_ms, 2) == 24.98
     assert at_30.reasons[0].kind is ReasonKind.TOO_SLOW
     assert at_30.reasons[0].message == slow.message
+    assert at_30.messages == ()  # GPUStack's advice of the memory it needs: not the problem here
     assert slow.message.startswith(
         "memory is not the problem: the fastest layout that fits (multi_gpu on ws-fast:cuda:0, ws-fast:cuda:1: "
         "81 of 81 layers on GPUs) is predicted at 21.2 tokens/s (47.2 ms a token) against min_decode_tokens_per_s "

@@ -221,7 +221,8 @@ def _plan(
             deployment=deployment.name,
             status=status,
             reasons=reasons if slow is None else (_slow_reason(slow), *reasons),
-            messages=quick.messages,
+            # GPUStack's advice names the memory the model needs: not the problem when it is too slow
+            messages=quick.messages if slow is None else (),
             stats=(*stats, *explained),
             relaxations=found,
             too_slow=slow,
