@@ -8,7 +8,7 @@ from layerfit.domain.base import counted, format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.fleet import FleetPlan, PlacedReplica, ReplicaChange
 from layerfit.domain.layout import Claims
-from layerfit.domain.plan import EngineStats, Plan, Reason
+from layerfit.domain.plan import BEYOND_HARDWARE, EngineStats, Plan, Reason
 from layerfit.domain.speed import SpeedPrediction, figure
 from layerfit.heuristics.notes import Action
 
@@ -175,11 +175,11 @@ def render_plan(plan: Plan) -> str:
         shown.add(reason.message)
     lines += _layouts_differ(plan.reasons)
     lines += [f"  {message}" for message in plan.messages if message not in shown]
-    changes = [relaxation for relaxation in plan.relaxations if relaxation.kind != "more_hardware"]
+    changes = [relaxation for relaxation in plan.relaxations if relaxation.kind not in BEYOND_HARDWARE]
     if changes:
         lines.append("  any one of these changes places it (each was planned with the change made):")
         lines += [f"    - {relaxation.message}" for relaxation in changes]
-    lines += [f"  beyond this hardware: {r.message}" for r in plan.relaxations if r.kind == "more_hardware"]
+    lines += [f"  beyond this hardware: {r.message}" for r in plan.relaxations if r.kind in BEYOND_HARDWARE]
     if best is not None and not plan.commands and plan.status.value == "infeasible":
         lines.append("  no launch commands: this layout does not fit")
     if plan.commands:

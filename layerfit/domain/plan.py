@@ -10,7 +10,7 @@ from pydantic import Field, computed_field
 
 from layerfit.domain.base import SCHEMA_VERSION, Frozen, Itemised, NonNegInt
 from layerfit.domain.layout import Claims, Layout
-from layerfit.domain.speed import SpeedPrediction
+from layerfit.domain.speed import SpeedPrediction, SpeedTerm
 
 
 class Status(StrEnum):
@@ -170,15 +170,20 @@ class MemoryNeed(Frozen):
 
 class Relaxation(Frozen):
     """A change to the request or the cluster that places the deployment: re-planned with the change
-    (``layerfit.planning.explain.applied``), the model is placed. ``more_hardware`` is the one kind
-    that is not a change to make here: what the hardware lacks, beyond what it has in all."""
+    (``layerfit.planning.explain.applied``), the model is placed. ``more_hardware`` and ``faster_gpu``
+    (``BEYOND_HARDWARE``) are not changes to make here: what the hardware lacks, beyond what it has."""
 
     kind: str
-    """``allow_cpu_offloading``, ``allow_distribution``, ``experts_on_host``, ``ctx_size``, ``free_vram``,
-    ``free_ram``, ``more_hardware``."""
+    """``allow_cpu_offloading``, ``allow_distribution``, ``experts_on_host``, ``experts_on_gpus``,
+    ``ctx_size``, ``min_decode_tokens_per_s``, ``free_vram``, ``free_ram``, ``more_hardware``,
+    ``faster_gpu``."""
     message: str
     value: int | None = None
-    """The new ctx size, the bytes to free (or lacking), or the blocks whose experts would stay on the host."""
+    """The new ctx size, the bytes to free (or lacking), the blocks whose experts would stay on the
+    host, or (``faster_gpu``) the memory bandwidth in GB/s the GPU would need."""
+    tokens_per_s: float | None = None
+    """For ``min_decode_tokens_per_s``: the minimum to set (rounded down from what the fastest layout
+    that fits is predicted at, so that it meets it)."""
     worker: str | None = None
     gpu_index: NonNegInt | None = None
     gpu_layers: NonNegInt | None = None
@@ -190,10 +195,32 @@ class Relaxation(Frozen):
     host_expert_blocks: tuple[NonNegInt, ...] = ()
     """For ``experts_on_host``: the blocks whose experts stay in host RAM."""
     parameters: tuple[str, ...] = ()
-    """For ``experts_on_host`` of a GGUF file: the llama.cpp flags that keep them there, to add to
-    the backend parameters."""
+    """For ``experts_on_host`` and ``experts_on_gpus`` of a GGUF file: the llama.cpp flags that keep
+    the experts on the host, to add to the backend parameters."""
+    removed_parameters: tuple[str, ...] = ()
+    """For ``experts_on_gpus`` of a GGUF file: the deployment's expert flags to take out of its
+    backend parameters (``parameters`` go in their place)."""
     cpu_offloading: bool = False
     """For ``experts_on_host``: CPU offloading is turned on too (experts in host RAM need it)."""
+
+
+BEYOND_HARDWARE = frozenset({"more_hardware", "faster_gpu"})
+"""The relaxations that are not a change to make here: what the hardware lacks."""
+
+
+class SpeedShortfall(Frozen):
+    """Why a deployment whose layouts fit in memory does not place: the fastest of them is predicted
+    slower than its ``min_decode_tokens_per_s`` (the deployment planned without the minimum, under
+    ``objective: speed``)."""
+
+    minimum_tokens_per_s: float
+    fastest: Candidate
+    """The fastest layout that fits, with its predicted speed."""
+    proven: bool
+    """The solver proved it the fastest; else it is the fastest one found within the work budget."""
+    dominant: SpeedTerm
+    """The term of its decode time that takes the most."""
+    message: str
 
 
 class DeviceUse(Itemised):
@@ -247,6 +274,9 @@ class Plan(Frozen):
     commands: tuple[Command, ...] = ()
     relaxations: tuple[Relaxation, ...] = ()
     """When nothing fits: the smallest changes that would make it fit, most useful first."""
+    too_slow: SpeedShortfall | None = None
+    """When layouts fit in memory but every one is predicted slower than the deployment's
+    ``min_decode_tokens_per_s``: the fastest of them, and what dominates its time (with ``explain``)."""
     device_use: tuple[DeviceUse, ...] = ()
     """The best layout's GPUs, in llama.cpp device order: names and free memory after the plan."""
     worker_use: tuple[WorkerUse, ...] = ()

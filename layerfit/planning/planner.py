@@ -13,6 +13,7 @@ from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
 from layerfit.domain.layout import Layout
 from layerfit.domain.plan import (
+    BEYOND_HARDWARE,
     Candidate,
     Command,
     EngineStats,
@@ -21,6 +22,7 @@ from layerfit.domain.plan import (
     ReasonKind,
     Relaxation,
     Severity,
+    SpeedShortfall,
     Status,
     strategy_class,
 )
@@ -213,14 +215,17 @@ def _plan(
         best, alternatives, status = quick.best, quick.alternatives, Status.FEASIBLE
     else:
         status = Status.INFEASIBLE if result.status is Status.INFEASIBLE else Status.UNKNOWN
-        found, explained = relaxations(cluster, deployment, profile, config, explain=explain, work=work)
+        found, slow, explained = relaxations(cluster, deployment, profile, config, explain=explain, work=work)
+        reasons = with_device_cap(cluster, deployment, config, profile, quick.reasons)
         return Plan(
             deployment=deployment.name,
             status=status,
-            reasons=with_device_cap(cluster, deployment, config, profile, quick.reasons),
-            messages=quick.messages,
+            reasons=reasons if slow is None else (_slow_reason(slow), *reasons),
+            # GPUStack's advice names the memory the model needs: not the problem when it is too slow
+            messages=quick.messages if slow is None else (),
             stats=(*stats, *explained),
             relaxations=found,
+            too_slow=slow,
         )
     if attach_fixed:
         unified = unified_workers(cluster)
@@ -331,6 +336,11 @@ def _assert_valid(
             raise SolverError(f"deployment {deployment.name}: an engine returned an invalid layout: {details}")
 
 
+def _slow_reason(slow: SpeedShortfall) -> Reason:
+    """The first reason of a deployment too slow on every layout that fits: what the fastest reaches."""
+    return Reason(kind=ReasonKind.TOO_SLOW, message=slow.message, resource="min_decode_tokens_per_s")
+
+
 def relaxations(
     cluster: Cluster,
     deployment: Deployment,
@@ -339,22 +349,23 @@ def relaxations(
     *,
     explain: bool,
     work: Work | None = None,
-) -> tuple[tuple[Relaxation, ...], tuple[EngineStats, ...]]:
+) -> tuple[tuple[Relaxation, ...], SpeedShortfall | None, tuple[EngineStats, ...]]:
     """The smallest single changes that place an unplaceable deployment (empty unless ``explain``;
-    each re-planned with the change: ``layerfit.planning.explain``), found within ``work`` (default
+    each re-planned with the change: ``layerfit.planning.explain``), what the fastest layout that
+    fits reaches when only the minimum speed stops it (``SpeedShortfall``), found within ``work`` (default
     ``Work.of(config.time_limit_s)``), and the explain stage's stats: ``feasible`` when a change
-    places it, ``infeasible`` when none does (what the hardware lacks, ``more_hardware``, is no
+    places it, ``infeasible`` when none does (what the hardware lacks, ``BEYOND_HARDWARE``, is no
     change), ``unknown`` and ``truncated`` when a limit cut it (a change found may then not be the
     smallest, and some may be missing; ``safety_stops`` when that limit was the wall clock);
     ``changes`` counts them."""
     if not explain:
-        return (), ()
-    from layerfit.planning.explain import ExplainBudget
-    from layerfit.planning.explain import relaxations as find
+        return (), None, ()
+    from layerfit.planning.explain import SPEED_PLANS, ExplainBudget, explanation
 
     started = time.perf_counter()
     work = work if work is not None else Work.of(config.time_limit_s)
-    budget = ExplainBudget(work.part(work.left()), deployment.params.effective_ctx_size)
+    speed_plans = 0 if deployment.min_decode_tokens_per_s is None else SPEED_PLANS
+    budget = ExplainBudget(work.part(work.left()), deployment.params.effective_ctx_size, speed_plans)
 
     def quiet_plan(c: Cluster, d: Deployment, cfg: PlannerConfig, p: MemoryProfile) -> Plan:
         share = budget.next_work()
@@ -364,8 +375,8 @@ def relaxations(
         budget.saw(answer.status, stopped=bool(answer.time_cuts))
         return answer
 
-    found = find(cluster, deployment, profile, config, quiet_plan, resolve_profile, budget=budget)
-    changes = sum(relaxation.kind != "more_hardware" for relaxation in found)
+    found, slow = explanation(cluster, deployment, profile, config, quiet_plan, resolve_profile, budget=budget)
+    changes = sum(relaxation.kind not in BEYOND_HARDWARE for relaxation in found)
     stats = EngineStats(
         engine="explain",
         wall_time_s=time.perf_counter() - started,
@@ -373,4 +384,4 @@ def relaxations(
         details={"plans": budget.plans, "changes": changes, "truncated": budget.truncated},
         safety_stops=budget.safety_stops,
     )
-    return found, (stats,)
+    return found, slow, (stats,)

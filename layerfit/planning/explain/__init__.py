@@ -7,6 +7,13 @@ distribution, experts in host RAM, a smaller context (an explicit profile's KV c
 planner takes a given profile as it is). Memory to free (``memory``), only up to what the hardware
 has in all; past that, what the hardware lacks is said as such (``more_hardware``), not offered as
 a change. The stage's work budget: ``budget``.
+
+A deployment whose layouts fit in memory but are all predicted slower than its
+``min_decode_tokens_per_s`` (``speed``): the fastest of them and the term that dominates it
+(``SpeedShortfall``), and the changes that meet the minimum: the minimum lowered to what it reaches,
+fewer experts kept on the host by the deployment's flags, and beyond this hardware a GPU of more
+memory bandwidth. Every other change is planned with the minimum kept, so one that places the
+model in memory but too slowly is not offered.
 """
 
 from __future__ import annotations
@@ -14,10 +21,10 @@ from __future__ import annotations
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.config import PlannerConfig
 from layerfit.domain.deployment import Deployment
-from layerfit.domain.plan import Relaxation
+from layerfit.domain.plan import Relaxation, SpeedShortfall
 from layerfit.domain.profile import MemoryProfile
-from layerfit.planning.explain.applied import MEMORY_KINDS, applied
-from layerfit.planning.explain.budget import DEADLINE, SCAN_LAYOUT_S, WORK, ExplainBudget
+from layerfit.planning.explain.applied import CLUSTER_KINDS, MEMORY_KINDS, applied
+from layerfit.planning.explain.budget import DEADLINE, SCAN_LAYOUT_S, SPEED_PLANS, WORK, ExplainBudget
 from layerfit.planning.explain.changes import (
     PlanFunction,
     ProfileOf,
@@ -27,19 +34,54 @@ from layerfit.planning.explain.changes import (
     switch_relaxations,
 )
 from layerfit.planning.explain.memory import memory_relaxation
+from layerfit.planning.explain.speed import experts_on_gpus, faster_gpu, fastest_fitting, lower_minimum, shortfall
 
 __all__ = [
+    "CLUSTER_KINDS",
     "DEADLINE",
     "MEMORY_KINDS",
     "SCAN_LAYOUT_S",
+    "SPEED_PLANS",
     "WORK",
     "ExplainBudget",
     "PlanFunction",
     "ProfileOf",
     "applied",
     "block_ranges",
+    "explanation",
     "relaxations",
 ]
+
+
+def explanation(
+    cluster: Cluster,
+    deployment: Deployment,
+    profile: MemoryProfile,
+    config: PlannerConfig,
+    plan: PlanFunction,
+    profile_of: ProfileOf | None = None,
+    budget: ExplainBudget | None = None,
+) -> tuple[tuple[Relaxation, ...], SpeedShortfall | None]:
+    """``relaxations``, and for a deployment that does not place only because of its
+    ``min_decode_tokens_per_s`` (the deployment without it places), what the fastest layout that
+    fits reaches (``SpeedShortfall``), with the changes that meet the minimum first and a GPU of
+    more bandwidth, beyond this hardware, last."""
+    fastest = fastest_fitting(cluster, deployment, profile, config, plan)
+    if fastest is None or fastest.best is None or fastest.best.speed is None:
+        return relaxations(cluster, deployment, profile, config, plan, profile_of, budget), None
+    found: list[Relaxation] = []
+    lower = lower_minimum(cluster, deployment, profile, config, plan, fastest.best.speed)
+    if lower is not None:
+        found.append(lower)
+    if profile_of is not None:
+        experts = experts_on_gpus(cluster, deployment, profile, config, plan, profile_of)
+        if experts is not None:
+            found.append(experts)
+    found += relaxations(cluster, deployment, profile, config, plan, profile_of, budget)
+    faster = faster_gpu(cluster, deployment, profile, config, plan, fastest.best)
+    if faster is not None:
+        found.append(faster)
+    return tuple(found), shortfall(fastest, deployment, profile, cluster)
 
 
 def relaxations(

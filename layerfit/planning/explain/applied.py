@@ -16,7 +16,9 @@ from layerfit.errors import InputError
 from layerfit.planning.profiles import profile_at_ctx
 
 MEMORY_KINDS = ("free_vram", "free_ram", "more_hardware")
-"""The relaxations that change the cluster: memory freed, or hardware it does not have."""
+"""The relaxations that change the cluster's memory: memory freed, or hardware it does not have."""
+CLUSTER_KINDS = (*MEMORY_KINDS, "faster_gpu")
+"""The relaxations that change the cluster: its memory, or a GPU's memory bandwidth."""
 
 
 def applied(cluster: Cluster, deployment: Deployment, relaxation: Relaxation) -> tuple[Cluster, Deployment]:
@@ -30,8 +32,14 @@ def applied(cluster: Cluster, deployment: Deployment, relaxation: Relaxation) ->
         return cluster, with_ctx(deployment, relaxation.value)
     if kind == "experts_on_host":
         return cluster, with_host_experts(deployment, relaxation)
+    if kind == "experts_on_gpus":
+        return cluster, with_fewer_host_experts(deployment, relaxation)
+    if kind == "min_decode_tokens_per_s" and relaxation.tokens_per_s is not None:
+        return cluster, deployment.model_copy(update={"min_decode_tokens_per_s": relaxation.tokens_per_s})
     if kind in MEMORY_KINDS:
         return with_memory(cluster, relaxation.memory), deployment
+    if kind == "faster_gpu" and relaxation.worker is not None and relaxation.value is not None:
+        return with_bandwidth(cluster, relaxation.worker, relaxation.gpu_index or 0, relaxation.value), deployment
     raise InputError("relaxation.kind", f"{kind!r} is no change explain makes")
 
 
@@ -62,6 +70,54 @@ def with_host_experts(deployment: Deployment, relaxation: Relaxation) -> Deploym
             {**fields, "extra": (*deployment.params.extra, *relaxation.parameters)}
         )
     return deployment.model_copy(update=update)
+
+
+def without_expert_flags(deployment: Deployment) -> Deployment:
+    """The deployment without what keeps experts on the host: its expert flags (``-ot``,
+    ``--cpu-moe``, ``--n-cpu-moe``) out of a GGUF file's parameters, or an explicit profile's
+    ``fixed_host_experts`` unset."""
+    if deployment.profile is not None:
+        return deployment.model_copy(
+            update={"profile": deployment.profile.model_copy(update={"fixed_host_experts": None})}
+        )
+    from layerfit.llamacpp.expert_flags import parse_expert_flags
+
+    rest = parse_expert_flags(deployment.params.extra)[1]
+    params = LlamaParams.model_validate({**deployment.params.model_dump(), "extra": rest})
+    return deployment.model_copy(update={"params": params})
+
+
+def with_fewer_host_experts(deployment: Deployment, relaxation: Relaxation) -> Deployment:
+    """The deployment whose experts stay on the host only in ``relaxation.host_expert_blocks``: a GGUF
+    file's expert flags replaced by ``relaxation.parameters``, an explicit profile's
+    ``fixed_host_experts`` set to those blocks."""
+    if deployment.profile is not None:
+        fixed = tuple(relaxation.host_expert_blocks)
+        return deployment.model_copy(
+            update={"profile": deployment.profile.model_copy(update={"fixed_host_experts": fixed})}
+        )
+    free = without_expert_flags(deployment)
+    fields = free.params.model_dump()
+    params = LlamaParams.model_validate({**fields, "extra": (*free.params.extra, *relaxation.parameters)})
+    return free.model_copy(update={"params": params})
+
+
+def with_bandwidth(cluster: Cluster, worker: str, gpu_index: int, gbps: float) -> Cluster:
+    """The cluster with one GPU's memory bandwidth given as ``gbps`` (the cluster file's
+    ``memory_bandwidth_gbps``), all else as it is."""
+    workers = tuple(
+        w.model_copy(
+            update={
+                "gpus": tuple(
+                    g.model_copy(update={"memory_bandwidth_gbps": gbps}) if g.index == gpu_index else g for g in w.gpus
+                )
+            }
+        )
+        if w.name == worker
+        else w
+        for w in cluster.workers
+    )
+    return cluster.model_copy(update={"workers": workers})
 
 
 def with_memory(cluster: Cluster, needs: Iterable[MemoryNeed]) -> Cluster:

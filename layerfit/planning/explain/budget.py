@@ -12,6 +12,9 @@ SCAN_LAYOUT_S = 250e-6
 210 us on 1,024 GPUs of 128 workers."""
 WORK = "work"
 DEADLINE = "deadline"
+SPEED_PLANS = 5
+"""The plans of the speed part: the fastest layout that fits, the lowered minimum, fewer experts on
+the host (two) and a faster GPU."""
 MIN_CTX = 256
 """The context sizes the ctx bisection tries are multiples of this (llama.cpp pads to it)."""
 
@@ -28,14 +31,16 @@ class ExplainBudget:
 
     work: Work
     ctx_size: int
+    speed_plans: int = 0
+    """The plans of the speed part (a deployment with ``min_decode_tokens_per_s``: ``SPEED_PLANS``)."""
     plans: int = 0
     truncated: str = ""
 
     @property
     def expected_plans(self) -> int:
         """Two switches and the ctx bisection's steps, and one slice for the scan of memory to free
-        (a MoE model's two plans of experts on the host share what is left)."""
-        return 3 + max(1, (self.ctx_size // MIN_CTX).bit_length())
+        (a MoE model's two plans of experts on the host share what is left), and the speed part's."""
+        return 3 + max(1, (self.ctx_size // MIN_CTX).bit_length()) + self.speed_plans
 
     @property
     def safety_stops(self) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ def block_ranges(blocks: tuple[int, ...]) -> str:
     return ", ".join(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
-def _on_gpus(layout: Layout, profile: MemoryProfile) -> str:
+def on_gpus(layout: Layout, profile: MemoryProfile) -> str:
     """``71 of 81 layers on GPUs``, and the experts a layout keeps in host RAM."""
     text = f"{layout.gpu_layers} of {profile.n_layers} layers on GPUs"
     if layout.host_expert_blocks:
@@ -55,13 +55,13 @@ def switch_relaxations(
     if not deployment.cpu_offloading:
         layout = _placed(plan(cluster, deployment.model_copy(update={"cpu_offloading": True}), config, profile))
         if layout is not None:
-            message = f"allow CPU offloading: {_on_gpus(layout, profile)}"
+            message = f"allow CPU offloading: {on_gpus(layout, profile)}"
             found.append(Relaxation(kind="allow_cpu_offloading", message=message, gpu_layers=layout.gpu_layers))
     if not deployment.distributed_inference_across_workers and len(cluster.workers) > 1:
         relaxed = deployment.model_copy(update={"distributed_inference_across_workers": True})
         layout = _placed(plan(cluster, relaxed, config, profile))
         if layout is not None:
-            message = f"allow distribution across workers: {_on_gpus(layout, profile)}"
+            message = f"allow distribution across workers: {on_gpus(layout, profile)}"
             found.append(Relaxation(kind="allow_distribution", message=message, gpu_layers=layout.gpu_layers))
     return found
 
@@ -109,9 +109,7 @@ def expert_relaxation(
         else f"add {' '.join(flags)} to the backend parameters"
     )
     also = "allow CPU offloading and " if change.cpu_offloading else ""
-    message = (
-        f"{also}keep the experts of blocks {block_ranges(blocks)} in host RAM ({how}): {_on_gpus(placed, profile)}"
-    )
+    message = f"{also}keep the experts of blocks {block_ranges(blocks)} in host RAM ({how}): {on_gpus(placed, profile)}"
     return change.model_copy(update={"message": message, "gpu_layers": placed.gpu_layers})
 
 
@@ -144,7 +142,7 @@ def ctx_relaxation(
         change += " and " + _kv_change(deployment.profile, at_size)
     return Relaxation(
         kind="ctx_size",
-        message=f"{change}: {_on_gpus(layout, at_size)}",
+        message=f"{change}: {on_gpus(layout, at_size)}",
         value=size,
         gpu_layers=layout.gpu_layers,
     )
