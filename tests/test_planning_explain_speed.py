@@ -86,7 +86,7 @@ def test_the_fastest_layout_that_fits_and_its_dominant_term(at_30: Plan) -> None
         "memory is not the problem: the fastest layout that fits (multi_gpu on ws-fast:cuda:0, ws-fast:cuda:1: "
         "81 of 81 layers on GPUs) is predicted at 21.2 tokens/s (47.2 ms a token) against min_decode_tokens_per_s "
         "30 (33.3 ms a token); most of its time is ws-fast:cuda:0 (NVIDIA GeForce RTX 4090): 25 ms of 47.2 ms "
-        "(43 blocks: 20683.0 MiB read"
+        "(43 blocks: 20.20 GiB read"
     )
 
 

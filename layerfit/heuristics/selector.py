@@ -93,7 +93,8 @@ def plan(
             found_count = len(pooled)
     if not candidates:
         notes.extend(_fallback(ctx, notes))
-        all_reasons.append(Reason(kind=ReasonKind.NO_CANDIDATE, message="no strategy found a layout that fits"))
+        meets = " and meets min_decode_tokens_per_s" if ctx.deployment.min_decode_tokens_per_s is not None else ""
+        all_reasons.append(Reason(kind=ReasonKind.NO_CANDIDATE, message=f"no strategy found a layout that fits{meets}"))
     status = Status.FEASIBLE if candidates else Status.INFEASIBLE
     spent = budget.spent(ctx.evaluator.evaluations)
     work.spend(spent)

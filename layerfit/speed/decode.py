@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from layerfit.domain.base import format_bytes
 from layerfit.domain.cluster import Cluster
 from layerfit.domain.layout import Layout
 from layerfit.domain.profile import MemoryProfile
@@ -48,7 +49,6 @@ from layerfit.speed.rates import GB, Rate, gpu_rate, host_rate
 from layerfit.speed.work import BlockWork, decode_work, kv_cells
 
 F32_BYTES = 4
-MiB = 1024**2
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def decode_costs(
     if cache_on_host:
         cache_ms = sum(host_r.decode_ms(block.cache_bytes, block.cache_flops) for block in work)
     fixed_why = f"main process per token {calibration.MAIN_TOKEN_MS:g} ms" + (
-        f"; KV cache on the host (-nkvo): {sum(b.cache_bytes for b in work) / MiB:.1f} MiB at {host_r.described}"
+        f"; KV cache on the host (-nkvo): {format_bytes(round(sum(b.cache_bytes for b in work)))} at {host_r.described}"
         if cache_on_host
         else ""
     )
@@ -253,7 +253,7 @@ def decode_terms(costs: DecodeCosts, layout: Layout) -> tuple[SpeedTerm, ...]:
         switches = cost.expert_switch_ms * len(moved)
         host_ms += sum(costs.host_expert_ms[b] for b in moved)
         what = f"{len(blocks)} blocks" + (", the output layer" if holds_output else "")
-        why = f"{what}: {read / MiB:.1f} MiB read (weights, KV cache) at {cost.rate.described}"
+        why = f"{what}: {format_bytes(round(read))} read (weights, KV cache) at {cost.rate.described}"
         if moved:
             why += f"; the experts of {len(moved)} of them on the host"
         if cost.rpc:
@@ -280,7 +280,7 @@ def decode_terms(costs: DecodeCosts, layout: Layout) -> tuple[SpeedTerm, ...]:
                 where=costs.host.where,
                 ms=host_ms,
                 why=f"{kept}{experts} at {costs.host.rate.described}"
-                + (f" ({host_read / MiB:.1f} MiB of blocks)" if layout.cpu_blocks else ""),
+                + (f" ({format_bytes(round(host_read))} of blocks)" if layout.cpu_blocks else ""),
             )
         )
     terms += hops
