@@ -221,9 +221,7 @@ def _cases(draw: st.DrawFn) -> tuple[Cluster, Deployment, PlannerConfig]:
     fields: dict[str, object] = {
         "name": "d",
         "profile": profile,
-        # fixed host experts need CPU offloading (without it, the planner's engines return a layout
-        # that keeps them there all the same: SolverError, a separate defect)
-        "cpu_offloading": profile.fixed_host_experts is not None or (moe != 2 and draw(st.integers(0, 2)) == 0),
+        "cpu_offloading": moe != 2 and draw(st.integers(0, 2)) == 0,
         "distributed_inference_across_workers": draw(st.integers(0, 3)) == 0,
         "min_decode_tokens_per_s": draw(st.sampled_from([None, None, None, None, 1.0, 5.0, 10.0, 20.0, 40.0, 80.0])),
     }

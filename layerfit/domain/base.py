@@ -202,6 +202,17 @@ def exceeds(size: int, limit_field: str, limit: int) -> str:
     return f"{both_units(size)} exceeds {limit_field} {both_units(limit)}; {UNITS_NOTE}"
 
 
+def spans(values: tuple[int, ...]) -> str:
+    """Ascending integers as runs: ``3-4, 41-47``, ``5``."""
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and value == runs[-1][-1] + 1:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
 def counted(n: int, noun: str) -> str:
     """``1 GPU``, ``2 GPUs``: a count with its noun (given in the plural), singular for one."""
     return f"{n} {noun[:-1] if n == 1 and noun.endswith('s') else noun}"

@@ -38,6 +38,7 @@ from layerfit.memory.experts import (
 )
 from layerfit.planning.device_cap import device_cap_reason
 from layerfit.planning.profiles import profile_at_ctx, resolve_profile, scaled_to_ctx
+from layerfit.planning.rule_reasons import slow_reason, stranded_experts
 from layerfit.planning.speed import layout_speed, with_speed
 from layerfit.planning.usage import use_of
 
@@ -205,22 +206,25 @@ def _plan(
     decided = experts_are_a_decision(deployment, profile, config)
     engine_profile = profile if decided else stand_in(deployment, profile, fixed)
     hint = quick.layout if quick.layout is None or not decided else with_host_experts(quick.layout, fixed)
-    result = _solve(cluster, deployment, engine_profile, config, hint, work)
-    stats = (*quick.stats, result.stats)
+    # experts the user keeps in host RAM need CPU offloading: with it off no layout keeps the rules
+    # (the stand-in profile cannot say so to the solver)
+    stranded = stranded_experts(deployment, fixed)
+    result = None if stranded else _solve(cluster, deployment, engine_profile, config, hint, work)
+    stats = (*quick.stats, *(() if result is None else (result.stats,)))
     attach_fixed = bool(fixed)
-    if result.best is not None:
+    if result is not None and result.best is not None:
         best, alternatives, status = result.best, result.alternatives, result.status
         attach_fixed = attach_fixed and not decided
-    elif quick.best is not None:
+    elif quick.best is not None and not stranded:
         best, alternatives, status = quick.best, quick.alternatives, Status.FEASIBLE
     else:
-        status = Status.INFEASIBLE if result.status is Status.INFEASIBLE else Status.UNKNOWN
+        status = Status.INFEASIBLE if result is None or result.status is Status.INFEASIBLE else Status.UNKNOWN
         found, slow, explained = relaxations(cluster, deployment, profile, config, explain=explain, work=work)
-        reasons = with_device_cap(cluster, deployment, config, profile, quick.reasons)
+        reasons = with_device_cap(cluster, deployment, config, profile, (*stranded, *quick.reasons))
         return Plan(
             deployment=deployment.name,
             status=status,
-            reasons=reasons if slow is None else (_slow_reason(slow), *reasons),
+            reasons=reasons if slow is None else (slow_reason(slow), *reasons),
             # GPUStack's advice names the memory the model needs: not the problem when it is too slow
             messages=quick.messages if slow is None else (),
             stats=(*stats, *explained),
@@ -334,11 +338,6 @@ def _assert_valid(
         if violations:
             details = "; ".join(reason.message for reason in violations)
             raise SolverError(f"deployment {deployment.name}: an engine returned an invalid layout: {details}")
-
-
-def _slow_reason(slow: SpeedShortfall) -> Reason:
-    """The first reason of a deployment too slow on every layout that fits: what the fastest reaches."""
-    return Reason(kind=ReasonKind.TOO_SLOW, message=slow.message, resource="min_decode_tokens_per_s")
 
 
 def relaxations(
