@@ -26,8 +26,9 @@ from layerfit.io.documents import load_file
 from layerfit.memory import make_layout
 from layerfit.planning.planner import evaluate, plan
 from layerfit.planning.profiles import resolve_profile
-from layerfit.planning.speed import deployment_settings, layout_speed
+from layerfit.planning.speed import deployment_settings
 from layerfit.speed import SpeedSettings, predict
+from layerfit.speed.deployment import deployment_speed
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 CONFIG = PlannerConfig(time_limit_s=5.0, alternatives=2)
@@ -69,7 +70,7 @@ def test_an_evaluated_layout_carries_its_prediction(cluster: Cluster) -> None:
     profile = resolve_profile(deployment)
     layout = make_layout("gpu-a", 80, [])  # everything on gpu-a's CPU
     result = evaluate(cluster, deployment, layout, CONFIG)
-    assert result.best is not None and result.best.speed == layout_speed(cluster, deployment, profile, layout)
+    assert result.best is not None and result.best.speed == deployment_speed(cluster, deployment, profile, layout)
     assert {term.where for term in result.best.speed.terms} == {"host gpu-a", "main process"}
 
 
@@ -104,11 +105,11 @@ def test_every_fleet_placement_has_its_speed_alone_and_busy() -> None:
     for placed in result.placements:
         deployment = deployments[placed.deployment]
         profile = resolve_profile(deployment)
-        assert placed.speed == layout_speed(fleet.cluster, deployment, profile, placed.layout)
+        assert placed.speed == deployment_speed(fleet.cluster, deployment, profile, placed.layout)
         assert placed.speed is not None and placed.speed.runs_alone
         sharing = {(d.worker, d.gpu_index): users[(d.worker, d.gpu_index)] for d in placed.layout.devices}
         if max(sharing.values(), default=1) > 1:
-            assert placed.busy_speed == layout_speed(fleet.cluster, deployment, profile, placed.layout, sharing)
+            assert placed.busy_speed == deployment_speed(fleet.cluster, deployment, profile, placed.layout, sharing)
             assert placed.busy_speed is not None and not placed.busy_speed.runs_alone
             assert placed.busy_speed.decode_tokens_per_s < placed.speed.decode_tokens_per_s
         else:

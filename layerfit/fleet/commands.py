@@ -13,8 +13,8 @@ from layerfit.domain.speed import SpeedPrediction
 from layerfit.fleet.busy import gpu_sharing
 from layerfit.planning.planner import deployment_commands
 from layerfit.planning.profiles import resolve_profile
-from layerfit.planning.speed import layout_speed
 from layerfit.planning.usage import use_of
+from layerfit.speed.deployment import deployment_speed
 
 
 def lost_placements(fleet: Fleet) -> tuple[LostPlacement, ...]:
@@ -41,12 +41,12 @@ def speeds(
     """A placement's predicted speed alone, and with every replica on its GPUs decoding at once."""
     deployment = deployments[placed.deployment]
     profile = resolve_profile(deployment)
-    alone = layout_speed(fleet.cluster, deployment, profile, placed.layout)
+    alone = deployment_speed(fleet.cluster, deployment, profile, placed.layout)
     shared = gpu_sharing(plan.placements)
     sharing = {(d.worker, d.gpu_index): shared[(d.worker, d.gpu_index)] for d in placed.layout.devices}
     busy = None
     if any(count > 1 for count in sharing.values()):
-        busy = layout_speed(fleet.cluster, deployment, profile, placed.layout, sharing)
+        busy = deployment_speed(fleet.cluster, deployment, profile, placed.layout, sharing)
     return {"speed": alone, "busy_speed": busy}
 
 

@@ -39,8 +39,9 @@ from layerfit.memory.experts import (
 from layerfit.planning.device_cap import device_cap_reason
 from layerfit.planning.profiles import profile_at_ctx, resolve_profile, scaled_to_ctx
 from layerfit.planning.rule_reasons import slow_reason, stranded_experts
-from layerfit.planning.speed import layout_speed, with_speed
+from layerfit.planning.speed import with_speed
 from layerfit.planning.usage import use_of
+from layerfit.speed.deployment import deployment_speed
 
 if TYPE_CHECKING:
     from layerfit.solver import SolveResult
@@ -120,7 +121,7 @@ def evaluate(
         layout=layout,
         claims=claims(profile, layout, unified_workers(cluster)),
         strategy=strategy_class(layout),
-        speed=layout_speed(cluster, deployment, profile, layout),
+        speed=deployment_speed(cluster, deployment, profile, layout),
     )
     status = Status.INFEASIBLE if reasons else Status.FEASIBLE
     stats = EngineStats(engine="evaluate", wall_time_s=time.perf_counter() - started, status=status)
