@@ -28,7 +28,8 @@ from layerfit.speed.deployment import deployment_speed
 FAST_WORKERS_SEED = "fast-workers-seed"
 """Shortcut name: the several-workers step hinted with a layout over the fastest workers."""
 SEED_SERVERS = 2
-"""The most rpc-servers of the small first search (most fast layouts have one or two)."""
+"""The most rpc-servers of the small first search (most fast layouts have one or two); twice as
+many while it proves that none of that many fits under the time to beat."""
 SEED_SHARE = 0.3
 """Share of the several-workers step's work its small first search over the fastest workers may spend."""
 ONE_WORKER_BOUND = "one-worker-time-bound"
@@ -208,9 +209,13 @@ def _seed(
     if chosen is None:
         return hint
     few = min(servers, SEED_SERVERS)
-    small = several.restricted(rpc_slots=few, local_slots=several.local_slots, mains=chosen, rpc_workers=chosen)
-    searched = prune_dominated(small, others=few)
-    step = _search(small, searched, None, config, clock, trace, "fast-workers", nominal_s, cap_us=cap, several=True)
+    while True:  # twice the servers while the small model is proven to hold nothing under the cap
+        small = several.restricted(rpc_slots=few, local_slots=several.local_slots, mains=chosen, rpc_workers=chosen)
+        searched = prune_dominated(small, others=few)
+        step = _search(small, searched, None, config, clock, trace, "fast-workers", nominal_s, cap_us=cap, several=True)
+        if step.best is not None or not step.proven or few >= servers or clock.left() <= 0:
+            break
+        few = min(servers, 2 * few)
     if step.best is None:
         return hint
     trace.shortcuts.append(FAST_WORKERS_SEED)

@@ -6,15 +6,17 @@ workers with the fastest room (``fast_workers``) finds one quickly; its layout i
 of the full model, given to it as a hint. Nothing is proven from the small model: it only seeds.
 
 A worker's pace is the least time its GPUs take for the whole model's blocks (its fastest table's
-blocks, in the model's microseconds); its room, the most blocks its GPUs hold
-(``capacity.block_capacity``). Workers are taken fastest first until they hold the blocks
-``ROOM_FACTOR`` times over and at least ``MIN_WORKERS`` are in, at most ``MAX_WORKERS``.
+blocks, in the model's microseconds); its room, the VRAM of its GPUs that may serve (in the model's
+units). Workers are taken fastest first (the roomier first among equals) until their room holds
+every block (``capacity.blocks_total``) ``ROOM_FACTOR`` times over and at least ``MIN_WORKERS`` are
+in, at most half of ``MAX_WORKERS``; then those with the largest GPUs (a layout has few devices,
+so a large model needs large ones), up to ``MAX_WORKERS`` in all.
 """
 
 from __future__ import annotations
 
-from layerfit.solver.model.capacity import block_capacity
-from layerfit.solver.model.instance import Instance, SlotKind
+from layerfit.solver.model.capacity import blocks_total
+from layerfit.solver.model.instance import Instance
 
 ROOM_FACTOR = 3
 MIN_WORKERS = 4
@@ -44,17 +46,22 @@ def fast_workers(instance: Instance, keep: frozenset[int] = frozenset()) -> froz
         if not (view.main_ok or view.rpc_ok):
             continue
         pace = _pace(instance, w)
-        if pace is not None:
-            room = block_capacity(instance, w, SlotKind.RPC if view.rpc_ok else SlotKind.LOCAL, instance.local_slots)
-            paced.append((pace, -room, w, room))
+        usable = [cls for c in view.classes if (cls := instance.classes[c]).rpc_ok or cls.local_ok]
+        if pace is not None and usable:
+            room = sum(cls.capacity * cls.count for cls in usable)
+            paced.append((pace, -room, w, room, max(cls.capacity for cls in usable)))
     if len(paced) <= MAX_WORKERS:
         return None
     chosen: set[int] = set(keep)
-    held = 0
-    for _pace_us, _, w, room in sorted(paced):
-        if len(chosen) >= MAX_WORKERS or (held >= ROOM_FACTOR * instance.n_blocks and len(chosen) >= MIN_WORKERS):
+    held, need = 0, blocks_total(instance)
+    for _pace_us, _, w, room, _largest in sorted(paced):
+        if len(chosen) >= MAX_WORKERS // 2 or (held >= ROOM_FACTOR * need and len(chosen) >= MIN_WORKERS):
             break
-        if room > 0:
-            chosen.add(w)
-            held += room
+        chosen.add(w)
+        held += room
+    # a layout has few devices: a large model needs the largest GPUs, however fast
+    for *_, w, _room, _largest in sorted(paced, key=lambda row: (-row[4], row[0])):
+        if len(chosen) >= MAX_WORKERS:
+            break
+        chosen.add(w)
     return frozenset(chosen)
