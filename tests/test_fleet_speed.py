@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fleet_builders import alike_gpus_fleet
 
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, Worker
 from layerfit.domain.config import Objective, PlannerConfig
@@ -20,7 +21,6 @@ from layerfit.io.documents import load_file
 from layerfit.memory import make_layout
 from layerfit.planning.profiles import resolve_profile
 from layerfit.speed.deployment import deployment_speed
-from tests.fleet_builders import alike_gpus_fleet
 
 EXAMPLES = Path(__file__).parent.parent / "layerfit" / "examples"
 CONFIG = FleetConfig(time_limit_s=4.0)
