@@ -17,7 +17,19 @@ from layerfit import heuristics
 from layerfit.check import check_layout
 from layerfit.cli import main
 from layerfit.cli.common import EXIT_BAD_INPUT, EXIT_NO_FIT, EXIT_PLACED
-from layerfit.domain import Cluster, Deployment, DeviceAssignment, Layout, MemoryProfile, PlannerConfig, Status
+from layerfit.domain import (
+    Cluster,
+    Deployment,
+    DeviceAssignment,
+    GiB,
+    Gpu,
+    Layout,
+    MemoryProfile,
+    MiB,
+    PlannerConfig,
+    Status,
+    Worker,
+)
 from layerfit.domain.config import Objective
 from layerfit.domain.plan import ReasonKind
 from layerfit.errors import InputError
@@ -228,3 +240,28 @@ def test_a_gpustack_model_meta_with_bad_layerfit_entries_is_refused(meta: dict, 
     with pytest.raises(InputError, match="GPUStack model meta") as raised:
         deployment_from_gpustack({"name": "m", "meta": meta}, profile=DEPLOYMENT.profile)
     assert message in str(raised.value)
+
+
+def test_the_speed_heuristic_tries_the_fastest_gpus_as_rpc_layouts() -> None:
+    # GPUStack's distributed strategy takes the worker with the most VRAM (big's A6000) as main;
+    # under objective: speed the layouts over the fastest GPUs are tried too: the two 4090s
+    def worker(name: str, gpu: str, total: int, free: int) -> Worker:
+        card = Gpu(index=0, name=gpu, total_vram_bytes=total * GiB, allocatable_vram_bytes=free * GiB)
+        return Worker(id=name, name=name, total_ram_bytes=64 * GiB, allocatable_ram_bytes=64 * GiB, gpus=(card,))
+
+    cluster = Cluster(
+        workers=(
+            worker("big", "NVIDIA RTX A6000", 48, 30),
+            worker("f1", "NVIDIA GeForce RTX 4090", 24, 22),
+            worker("f2", "NVIDIA GeForce RTX 4090", 24, 22),
+        )
+    )
+    profile = MemoryProfile.uniform(40, 900 * MiB, 16 * MiB, output_weight_bytes=500 * MiB, gpu_fixed_bytes=600 * MiB)
+    deployment = Deployment(name="m", profile=profile, distributed_inference_across_workers=True, cpu_offloading=False)
+    layers = heuristics.plan(cluster, deployment, PlannerConfig(), profile).layout
+    fast = heuristics.plan(cluster, deployment, PlannerConfig(objective=Objective.SPEED), profile).layout
+    assert layers is not None and fast is not None
+    assert layers.main_worker == "big" and set(layers.workers) == {"big", "f1"}
+    assert set(fast.workers) == {"f1", "f2"}
+    times = [deployment_speed(cluster, deployment, profile, layout).decode_ms_per_token for layout in (layers, fast)]
+    assert times[1] < times[0] * 0.9

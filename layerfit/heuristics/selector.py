@@ -22,7 +22,7 @@ from layerfit.heuristics.evaluate import Verdict
 from layerfit.heuristics.notes import Action, Level, Note, requirement, sentences, shown_messages
 from layerfit.heuristics.scoring import score
 from layerfit.heuristics.speed_rank import fastest
-from layerfit.heuristics.strategies import STRATEGIES, Strategy
+from layerfit.heuristics.strategies import SPEED_STRATEGIES, STRATEGIES, Strategy
 from layerfit.memory import claims
 
 ENGINE = "heuristic"
@@ -70,7 +70,7 @@ def plan(
     by_speed = config.objective_for(deployment) is Objective.SPEED
     pooled: list[tuple[Strategy, Verdict]] = []
     if not any(note.level is Level.ERROR for note in notes):
-        for strategy in STRATEGIES:
+        for strategy in SPEED_STRATEGIES if by_speed else STRATEGIES:
             skip = rules.first_skip(ctx, strategy.action, strategy.skip_rules)
             if skip is not None:
                 all_reasons.append(skip.reason)

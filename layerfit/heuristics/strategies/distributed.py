@@ -79,7 +79,7 @@ def search(ctx: Context) -> StrategyResult:
     combos, problem = _combinations(ctx, remote, pool, len(main_gpus))
     if problem is not None:
         return problem
-    found = _search_combinations(ctx, main, main_gpus, combos)
+    found = search_combinations(ctx, main, main_gpus, combos)
     if found:
         return StrategyResult(found=found)
     top = max(combos) if combos else 0
@@ -210,7 +210,7 @@ def _no_main(ctx: Context) -> StrategyResult:
     return StrategyResult(reasons=(reason,))
 
 
-def _search_combinations(
+def search_combinations(
     ctx: Context, main: WorkerView, main_gpus: tuple[GpuView, ...], combos: Combos
 ) -> tuple[Verdict, ...]:
     """GPUStack's result, found in two passes.
