@@ -18,10 +18,11 @@ Then, with the time, workers and GPUs fixed, the tie-break on the step's unprune
 more slots of a kind than GPUs (the binpack bound of ``tie_break_bound``, which holds for every
 layout of that many GPUs, may prove it without a search; a model of several workers with more GPU
 classes than the layers search's tie-break searches is not searched, as there: the step's layout
-stands, unproven); then the alternatives on other GPU sets, as ``search`` does. A valid hint (the
-heuristic's layout, ranked by predicted time) completes as a solution of its step's model: hint
-and upper bound. Experts placed per block (``expert_search``'s decision) are part of the same
-models: the time counts where they go, so no tier of their own is needed.
+stands, unproven; nor is it when the strict tiers are not proven); then the alternatives on
+other GPU sets, as ``search`` does. A valid hint (the heuristic's layout, ranked by predicted time)
+completes as a solution of its step's model: hint and upper bound. Experts placed per block
+(``expert_search``'s decision) are part of the same models: the time counts where they go, so no
+tier of their own is needed.
 
 The shortcuts of ``search`` under this objective:
 
@@ -123,7 +124,12 @@ def solve_for_speed(
         status = Status.INFEASIBLE if proven else Status.UNKNOWN
         trace.proof = "cp-sat" if proven else "none"
         return solve_result(instance, clock, trace, status)
-    final_model, final, tie_proven = _tie_break(steps[0], config, clock, trace, shortcuts=shortcuts)
+    if proven or not shortcuts:
+        final_model, final, tie_proven = _tie_break(steps[0], config, clock, trace, shortcuts=shortcuts)
+    else:  # strict tiers not proven: a tie-break among layouts of that time would prove nothing
+        assert steps[0].best is not None
+        trace.shortcuts.append(TIE_BREAK_NOT_SEARCHED)
+        final_model, final, tie_proven = steps[0].built, steps[0].best, False
     best = checked_candidate(cluster, deployment, profile, config, final.layout(final_model))
     if incumbent is not None and not proven and _slower(best.layout, incumbent, cluster, deployment, profile):
         return _kept(instance, clock, trace, incumbent)
