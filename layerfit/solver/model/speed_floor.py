@@ -43,17 +43,11 @@ def least_device_cost(instance: Instance, costs: SpeedCosts) -> int:
     return min((table.device for table in local), default=0)
 
 
-def gpu_block_floor(instance: Instance, costs: SpeedCosts, block: int) -> int | None:
-    """The least time ``block`` takes on any GPU that may serve (``None``: none may)."""
-    hosts = main_hosts(instance, costs)
-    local, rpc = usable_tables(instance, costs)
-    if not (local or rpc) or not hosts:
-        return None
-    least_reading = min(host.experts[block] for host in hosts)
-    movable = block in _movable(instance, costs)
-    forced = block in costs.fixed_host_experts
+def _block_floor(block: int, tables: list[SpeedTable], least_reading: int, *, movable: bool, forced: bool) -> int:
+    """The least time ``block`` takes on any of ``tables``: with its experts or, where they may
+    stay on the host (``movable``; ``forced``: they must), without them plus their reading there."""
     options = []
-    for table in local + rpc:
+    for table in tables:
         with_experts = table.block(block)
         without = with_experts - table.saving[block] + least_reading
         if forced:
@@ -75,14 +69,17 @@ def time_floor(instance: Instance) -> tuple[int, ...]:
     if not hosts:
         return ()
     n = instance.n_blocks
-    gpu = [gpu_block_floor(instance, costs, b) for b in range(n)]
     local, rpc = usable_tables(instance, costs)
-    outputs = [host.output for host in hosts] + [table.output for table in local + rpc]
-    output = min(outputs)
+    output = min([host.output for host in hosts] + [table.output for table in local + rpc])
     on_host = [min(host.fixed + host.prefix[i] for host in hosts) + output for i in range(n + 1)]
-    if any(value is None for value in gpu):  # no GPU table: every layout keeps all n blocks there
+    if not (local or rpc):  # no GPU may serve: every layout keeps all n blocks on the host
         return (on_host[n],) * (n + 1)
+    movable, forced = _movable(instance, costs), frozenset(costs.fixed_host_experts)
+    gpu = [
+        _block_floor(b, local + rpc, min(host.experts[b] for host in hosts), movable=b in movable, forced=b in forced)
+        for b in range(n)
+    ]
     floors = [on_host[n]]
     for i in range(n - 1, -1, -1):
-        floors.append(floors[-1] - on_host[i + 1] + on_host[i] + (gpu[i] or 0))
+        floors.append(floors[-1] - on_host[i + 1] + on_host[i] + gpu[i])
     return tuple(reversed(floors))
