@@ -34,6 +34,7 @@ from layerfit.solver.model.instance import Instance, build_instance
 from layerfit.solver.model.objective import placement_score
 from layerfit.solver.model.runner import complete_hint
 from layerfit.solver.model.speed_floor import least_device_cost, time_floor
+from layerfit.solver.shortcuts.server_bound import narrow, server_bound
 from layerfit.solver.shortcuts.speed_bound import least_time_us, one_worker_least_time_us
 from layerfit.speed.deployment import deployment_speed
 
@@ -309,7 +310,9 @@ def test_the_speed_bounds_hold_for_every_valid_layout(data: st.DataObject) -> No
     """``speed_floor.time_floor`` by the host's blocks with the least cost per device used (as
     ``constraints.speed`` posts it), ``speed_bound.least_time_us`` and, for a
     layout of one worker, ``one_worker_least_time_us`` of its main worker are at most its time in
-    the model (dense and MoE profiles; the experts' own sets where they are a decision)."""
+    the model (dense and MoE profiles; the experts' own sets where they are a decision); so are
+    ``server_bound``'s bound of its main worker and server count, and its bound for each GPU it
+    uses, and ``server_bound.narrow`` at its time keeps its main worker, server count and GPUs."""
     moe = data.draw(st.booleans())
     profile = data.draw(with_speed_shape(data.draw(moe_profiles(max_blocks=3) if moe else profiles(max_blocks=3))))
     where = data.draw(speed_facts(data.draw(clusters(max_gpus=3, max_workers=3, top=900) | roomy_clusters(profile))))
@@ -335,3 +338,39 @@ def test_the_speed_bounds_hold_for_every_valid_layout(data: st.DataObject) -> No
             assert main is not None
             bound = one_worker_least_time_us(instance, main)
             assert bound is None or bound <= took
+        assert_server_bound_holds(instance, layout, took)
+
+
+def _class_of(instance: Instance, worker: str, gpu_index: int) -> int:
+    w = instance.worker_index(worker)
+    return next(c for c, cls in enumerate(instance.classes) if cls.worker == w and gpu_index in cls.gpu_indexes)
+
+
+def assert_server_bound_holds(instance: Instance, layout: Layout, took: int) -> None:
+    """``server_bound`` at most the layout's time, and ``narrow`` at that time keeping it."""
+    found = server_bound(instance)
+    if found is None:
+        event("no server bound")
+        return
+    costs = found.costs
+    main = instance.worker_index(layout.main_worker)
+    assert main is not None
+    servers = len(layout.rpc_devices)
+    bounds = found.bounds(main)
+    assert bounds[servers][0] <= took
+    for device in layout.devices:
+        rpc = device.worker != layout.main_worker
+        c = _class_of(instance, device.worker, device.gpu_index)
+        table = costs.rpc_table[c] if rpc else costs.local_table[c]
+        assert table is not None
+        assert found.forced(main, table, bounds, servers, rpc=rpc) <= took
+    if servers == 0:
+        return
+    narrowed = narrow(instance, took)
+    assert narrowed is not None
+    assert servers in narrowed.counts[main]
+    assert narrowed.instance.rpc_slots >= servers and narrowed.instance.workers[main].main_ok
+    for device in layout.devices:
+        cls = narrowed.instance.classes[_class_of(instance, device.worker, device.gpu_index)]
+        assert cls.rpc_ok if device.worker != layout.main_worker else cls.local_ok
+    event("server bound checked")

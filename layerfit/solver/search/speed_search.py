@@ -70,7 +70,13 @@ from layerfit.solver.model.progress import tie_break_measure
 from layerfit.solver.model.runner import HINT_SHARE, Run, complete_hint, run, set_full_hint
 from layerfit.solver.search.alternatives import alternatives_after
 from layerfit.solver.search.result import SolveResult, TierValues
-from layerfit.solver.search.speed_steps import Step, incumbent_time_us, one_worker, several_workers
+from layerfit.solver.search.speed_steps import (
+    Step,
+    incumbent_time_us,
+    one_worker,
+    post_server_counts,
+    several_workers,
+)
 from layerfit.solver.search.tie_break_stage import (
     MIN_TIE_BREAK_S,
     TIE_BREAK_NOT_SEARCHED,
@@ -115,7 +121,9 @@ def solve_for_speed(
     clock.step()
     target = incumbent_time_us(instance, cluster, deployment, profile, incumbent)
     first = one_worker(instance, hint, target, config, clock, trace, shortcuts=shortcuts)
-    second = several_workers(instance, first, hint, incumbent, config, clock, trace, shortcuts=shortcuts)
+    second = several_workers(
+        instance, first, hint, incumbent, config, clock, trace, shortcuts=shortcuts, target_us=target
+    )
     steps = [step for step in (second, first) if step is not None and step.best is not None]
     proven = first.proven and (second is None or second.proven)
     if not steps:
@@ -168,13 +176,19 @@ def _tie_break(
     clock.step()
     time, workers, gpus = step.value(speed_tiers(step.built.instance, step.built.variables))
     unpruned = step.unpruned  # a layout of that many GPUs uses no more slots of a kind
-    narrow = unpruned.restricted(
-        rpc_slots=min(unpruned.rpc_slots, gpus) if workers > 1 else 0, local_slots=min(unpruned.local_slots, gpus)
-    )
+    rpc_slots = min(unpruned.rpc_slots, gpus) if workers > 1 else 0
+    counts = step.server_counts if workers > 1 else None
+    mains = None
+    if counts:  # every layout of the optimal time keeps the step's server bound
+        mains = frozenset(counts)
+        rpc_slots = min(rpc_slots, max(max(allowed) for allowed in counts.values()))
+    narrow = unpruned.restricted(rpc_slots=rpc_slots, local_slots=min(unpruned.local_slots, gpus), mains=mains)
     if shortcuts and workers > 1 and too_large(narrow):  # as the layers search: the step's layout stands
         trace.shortcuts.append(TIE_BREAK_NOT_SEARCHED)
         return step.built, step.best, False
     built = build_model(narrow)
+    if counts:
+        post_server_counts(built, counts)
     tiers = speed_tiers(built.instance, built.variables)
     for expression, value in ((tiers.time, time), (tiers.workers, workers), (tiers.gpus, gpus)):
         built.model.add(expression == value)
@@ -192,7 +206,9 @@ def _tie_break(
         return built, known, True
     nominal = max(MIN_TIE_BREAK_S, clock.spent())
     measure = tie_break_measure(stage_name(step.unpruned), built.instance, uses_gpus=gpus > 0)
-    found = trace.record("tie-break", run(built, config, clock.work, measure, nominal_s=nominal))
+    # presolve's probing of a several-workers model spends the tie-break's budget (as in its step)
+    probing = workers <= 1
+    found = trace.record("tie-break", run(built, config, clock.work, measure, nominal_s=nominal, probing=probing))
     if found.found and tie_break_value(built, found) <= tie_break_value(built, known):
         return built, found, found.status == cp_model.OPTIMAL
     return built, known, False

@@ -3,6 +3,7 @@ each minimising the speed tiers, with the shortcuts that apply to each (see ``sp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -22,6 +23,7 @@ from layerfit.solver.model.speed_costs import to_us
 from layerfit.solver.search.trace import Clock, Trace, stage_name
 from layerfit.solver.shortcuts.fast_workers import fast_workers
 from layerfit.solver.shortcuts.prune import keeping, prune_dominated
+from layerfit.solver.shortcuts.server_bound import SERVER_BOUND, narrow
 from layerfit.solver.shortcuts.speed_bound import most_servers, slower_mains
 from layerfit.speed.deployment import deployment_speed
 
@@ -39,7 +41,12 @@ RPC_HOP_BOUND = "rpc-hop-bound"
 ONE_WORKER_SHARE = 0.4
 """Share of the work left the one-worker step may spend (the several-workers step gets most of the rest)."""
 SEVERAL_SHARE = 0.6
-"""Share of the work left after the first step for the several-workers step."""
+"""Share of the work left after the first step for the several-workers step ..."""
+SEVERAL_LIMIT_SHARE = 0.2
+"""... and at most this share of ``time_limit_s`` (nominal seconds), its first small search
+included: on a cluster of 1,024 GPUs a several-workers model that the bounds leave large is
+rarely proven in more (a faster layout found late is rare too: none in ``speed_objective.py``'s
+1,024-GPU cases with twice as much), and the answer is then reported unproven."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,9 @@ class Step:
     best: Run | None
     proven: bool
     hinted: tuple[int, ...] = ()
+    server_counts: Mapping[int, tuple[int, ...]] | None = None
+    """Per main worker, the rpc-server counts a layout within the step's time to beat may have
+    (``server_bound``; ``None``: not bounded): they hold for the tie-break's layouts too."""
 
     def value(self, tiers: SpeedTiers) -> tuple[int, int, int]:
         assert self.best is not None
@@ -84,15 +94,19 @@ def _search(
     *,
     cap_us: int | None = None,
     several: bool = False,
+    server_counts: Mapping[int, tuple[int, ...]] | None = None,
 ) -> Step:
     """Minimise the speed tiers on ``searched`` (``instance`` pruned): at most ``cap_us`` of time,
-    with ``several`` at least two workers; the hint completed as a solution first (``_hint``)."""
+    with ``several`` at least two workers, each main worker of ``server_counts`` with one of its
+    counts of rpc-servers; the hint completed as a solution first (``_hint``)."""
     built = build_model(searched)
     tiers = speed_tiers(built.instance, built.variables)
     if cap_us is not None:
         built.model.add(tiers.time <= cap_us)
     if several:
         built.model.add(tiers.workers >= 2)
+    if server_counts:
+        post_server_counts(built, server_counts)
     hinted = _hint(built, hint, several, config, clock, trace)
     if hinted:
         built.model.add(tiers.combined <= Run(cp_model.FEASIBLE, hinted, 0.0, 0.0, 0.0).value(tiers.combined))
@@ -105,7 +119,22 @@ def _search(
     proven = found.status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and not (
         found.status == cp_model.INFEASIBLE and hinted
     )
-    return Step(built, instance, best, proven, hinted)
+    return Step(built, instance, best, proven, hinted, server_counts)
+
+
+def post_server_counts(built: BuiltModel, server_counts: Mapping[int, tuple[int, ...]]) -> None:
+    """Each main worker's number of used rpc slots in its allowed counts (``server_bound``)."""
+    variables = built.variables
+    servers = sum(slot.used for slot in variables.rpc)
+    for w, is_main in variables.main.items():
+        counts = server_counts.get(w)
+        if counts is None:
+            continue
+        if not counts:
+            built.model.add(is_main == 0)
+            continue
+        domain = cp_model.Domain.from_values(list(counts))
+        built.model.add_linear_expression_in_domain(servers, domain).only_enforce_if(is_main)
 
 
 def _hint(
@@ -154,7 +183,9 @@ def one_worker(
             mains = frozenset(w for w, view in enumerate(one.workers) if view.main_ok and w not in slower)
             one = one.restricted(rpc_slots=0, local_slots=instance.local_slots, mains=mains)
     searched = _pruned(one, 0, hint, several=False) if shortcuts else one
-    return _search(one, searched, hint, config, clock, trace, "one-worker", clock.left() * ONE_WORKER_SHARE)
+    nominal = clock.left() * ONE_WORKER_SHARE
+    cap = target_us if shortcuts else None  # a one-worker layout slower than the hint cannot win
+    return _search(one, searched, hint, config, clock, trace, "one-worker", nominal, cap_us=cap)
 
 
 def several_workers(
@@ -167,8 +198,10 @@ def several_workers(
     trace: Trace,
     *,
     shortcuts: bool,
+    target_us: int | None = None,
 ) -> Step | None:
-    """Step 2: a faster layout with rpc-servers, if any can be (``None``: proven that none is)."""
+    """Step 2: a faster layout with rpc-servers, if any can be (``None``: proven that none is).
+    ``target_us``: at least the valid hint's time in the model (no layout slower needs a search)."""
     if instance.rpc_slots == 0:
         return None
     cap: int | None = None
@@ -183,11 +216,52 @@ def several_workers(
                 return None
     clock.step()
     several = instance.restricted(rpc_slots=servers, local_slots=instance.local_slots)
-    nominal = clock.left() * SEVERAL_SHARE
+    counts: dict[int, tuple[int, ...]] | None = None
     if shortcuts:
-        hint = _seed(several, servers, hint, config, clock, trace, cap, nominal * SEED_SHARE)
-    searched = _pruned(several, servers, hint, several=True) if shortcuts else several
-    return _search(several, searched, hint, config, clock, trace, "several-workers", nominal, cap_us=cap, several=True)
+        narrowed, counts = _server_counts(several, (cap, target_us), trace)
+        if counts is not None and narrowed.rpc_slots < 1:
+            by_target = target_us is not None and (cap is None or target_us < cap)
+            if not (by_target and incumbent is not None and len(incumbent.layout.workers) > 1):
+                return None  # proven: no layout with rpc-servers is within the time to beat
+            narrowed, counts = several, None  # the valid hint has servers: only rounding could drop it
+        several = narrowed
+    nominal = min(clock.left() * SEVERAL_SHARE, config.time_limit_s * SEVERAL_LIMIT_SHARE)
+    ends = clock.spent() + nominal
+    if shortcuts:
+        hint, seed_us = _seed(several, several.rpc_slots, hint, config, clock, trace, cap, nominal * SEED_SHARE, counts)
+        nominal = max(0.0, ends - clock.spent())
+        if seed_us is not None and counts is not None:  # the seed is a layout to beat too
+            several, counts = _server_counts(several, (cap, target_us, seed_us), trace)
+    searched = _pruned(several, several.rpc_slots, hint, several=True) if shortcuts else several
+    return _search(
+        several,
+        searched,
+        hint,
+        config,
+        clock,
+        trace,
+        "several-workers",
+        nominal,
+        cap_us=cap,
+        several=True,
+        server_counts=counts,
+    )
+
+
+def _server_counts(
+    several: Instance, limits: tuple[int | None, ...], trace: Trace
+) -> tuple[Instance, dict[int, tuple[int, ...]] | None]:
+    """The step's instance without the main workers, rpc slots and GPUs that no layout within the
+    least of ``limits`` uses (``server_bound``), and per main worker its server counts."""
+    known = [limit for limit in limits if limit is not None]
+    if not known:
+        return several, None
+    found = narrow(several, min(known))
+    if found is None:
+        return several, None
+    if found.dropped and SERVER_BOUND not in trace.shortcuts:
+        trace.shortcuts.append(SERVER_BOUND)
+    return found.instance, found.counts
 
 
 def _seed(
@@ -199,27 +273,49 @@ def _seed(
     trace: Trace,
     cap: int | None,
     nominal_s: float,
-) -> Layout | None:
+    counts: Mapping[int, tuple[int, ...]] | None = None,
+) -> tuple[Layout | None, int | None]:
     """On a large cluster, the several-workers model over the fastest workers first
     (``fast_workers``): its best layout, faster than the one-worker optimum, becomes the full
-    step's hint (the given hint stays when it has several workers or nothing is found)."""
+    step's hint (the given hint stays when it has several workers or nothing is found), and its time."""
     if hint is not None and len(hint.workers) > 1:
-        return hint
+        return hint, None
     chosen = fast_workers(several)
     if chosen is None:
-        return hint
-    few = min(servers, SEED_SERVERS)
-    while True:  # twice the servers while the small model is proven to hold nothing under the cap
+        return hint, None
+    least = min((min(allowed) for allowed in counts.values()), default=1) if counts else 1
+    few = min(servers, max(SEED_SERVERS, least))
+    best: tuple[Layout, int] | None = None
+    ends = clock.spent() + nominal_s
+    while True:  # twice the servers while the small model is proven: a faster layout may need more
         small = several.restricted(rpc_slots=few, local_slots=several.local_slots, mains=chosen, rpc_workers=chosen)
         searched = prune_dominated(small, others=few)
-        step = _search(small, searched, None, config, clock, trace, "fast-workers", nominal_s, cap_us=cap, several=True)
-        if step.best is not None or not step.proven or few >= servers or clock.left() <= 0:
+        beat = cap if best is None else best[1] - 1
+        step = _search(
+            small,
+            searched,
+            None,
+            config,
+            clock,
+            trace,
+            "fast-workers",
+            max(0.0, ends - clock.spent()),
+            cap_us=beat,
+            several=True,
+            server_counts=counts,
+        )
+        if step.best is not None:
+            best = (
+                step.best.layout(step.built),
+                step.best.value(speed_tiers(step.built.instance, step.built.variables).time),
+            )
+        if not step.proven or few >= servers or clock.spent() >= ends:
             break
         few = min(servers, 2 * few)
-    if step.best is None:
-        return hint
+    if best is None:
+        return hint, None
     trace.shortcuts.append(FAST_WORKERS_SEED)
-    return step.best.layout(step.built)
+    return best
 
 
 def _pruned(instance: Instance, others: int, hint: Layout | None, *, several: bool) -> Instance:
