@@ -374,3 +374,83 @@ def assert_server_bound_holds(instance: Instance, layout: Layout, took: int) -> 
         cls = narrowed.instance.classes[_class_of(instance, device.worker, device.gpu_index)]
         assert cls.rpc_ok if device.worker != layout.main_worker else cls.local_ok
     event("server bound checked")
+
+
+def test_a_server_with_room_for_the_output_layer_alone_counts_among_the_workers() -> None:
+    # Found by the minimum-speed property above: a CPU-only main worker, one GPU with room for both
+    # blocks and one with room for the output layer only; the layers-first optimum (3 layers on
+    # 3 workers) needs the second as an rpc-server holding no block. The worker-count step left it
+    # out (a remote worker of no blocks), so the one-worker layout of 2 layers was called optimal.
+    from layerfit.domain.config import OffloadOrder, Policy
+    from layerfit.domain.profile import ComputeBuffer, RoleCosts
+
+    def role(full: int, partial: int, multi: int | None) -> RoleCosts:
+        return RoleCosts(
+            fixed_bytes=0,
+            compute=ComputeBuffer(full_offload_bytes=full, partial_offload_bytes=partial, multi_device_bytes=multi),
+        )
+
+    shape = SpeedShape(
+        block_dense_bytes=(10**8, 10**8),
+        block_expert_bytes=(0, 0),
+        expert_count=0,
+        expert_used_count=0,
+        block_kv_position_bytes=(0, 0),
+        block_window=(0, 0),
+        block_state_bytes=(0, 0),
+        block_dense_flops=(2 * 10**8, 2 * 10**8),
+        block_expert_flops=(0, 0),
+        block_attention_flops=(0, 0),
+        output_bytes=0,
+        output_flops=0,
+        embedding_length=2048,
+        vocab_size=32000,
+        ctx=4096,
+        n_ubatch=512,
+        flash_attn=True,
+    )
+    profile = MemoryProfile(
+        block_weight_bytes=(1, 1),
+        block_kv_bytes=(21, 21),
+        host_kv_bytes=0,
+        main=role(43, 0, None),
+        local=role(0, 0, None),
+        rpc=role(23, 22, 22),
+        output_compute_bytes=21,
+        pipeline_parallel=True,
+        speed=shape,
+    )
+
+    def worker(name: str, vram: int | None) -> Worker:
+        gpus = (
+            ()
+            if vram is None
+            else (
+                Gpu(
+                    index=0,
+                    type="cuda",
+                    name="NVIDIA GeForce RTX 4090",
+                    total_vram_bytes=vram,
+                    allocatable_vram_bytes=vram,
+                ),
+            )
+        )
+        return Worker(id=name, name=name, total_ram_bytes=4272, allocatable_ram_bytes=4272, gpus=gpus)
+
+    where = Cluster(workers=(worker("w0", None), worker("w1", 43), worker("w2", 87)))
+    dep = Deployment(
+        name="d",
+        profile=profile,
+        cpu_offloading=True,
+        distributed_inference_across_workers=True,
+        kind=ModelKind.LLM,
+        min_decode_tokens_per_s=1.0,
+    )
+    config = PlannerConfig(
+        offload_order=OffloadOrder.OUTPUT_FIRST, policy=Policy.BINPACK, max_rpc_servers=2, seed=0, alternatives=0
+    )
+    result = solve(where, dep, profile, config)
+    assert result.status is Status.OPTIMAL and result.best is not None
+    layout = result.best.layout
+    assert layers_key(layout) == (3, -3, -2)
+    assert check_layout(where, dep, profile, layout, config) == ()

@@ -109,6 +109,21 @@ def most_remote_gpus(instance: Instance, rpc_workers: frozenset[int], servers: i
     return min(instance.rpc_slots, sum(counts[:servers]))
 
 
+def _holds_output_alone(instance: Instance, worker: int) -> bool:
+    """Whether one of ``worker``'s GPUs has room, as an rpc-server, for the output layer alone."""
+    for c in instance.workers[worker].classes:
+        cls = instance.classes[c]
+        if not cls.rpc_ok:
+            continue
+        unified = instance.workers[cls.worker].unified
+        overhead = least_fixed(
+            instance.costs, (DeviceRole.RPC,), unified=unified, partial=instance.rules.partial_values, multi=None
+        )
+        if gpu_room(instance, cls, SlotKind.RPC) >= overhead + instance.costs.output:
+            return True
+    return False
+
+
 def multi_worker_candidates(
     instance: Instance, workers: int, ceiling: int, gpus: int | None = None
 ) -> tuple[frozenset[int], frozenset[int]]:
@@ -129,7 +144,8 @@ def multi_worker_candidates(
         for w, view in enumerate(instance.workers)
         if view.rpc_ok
     }
-    remote = {w: blocks for w, blocks in remote.items() if blocks > 0}
+    # a GPU with no room for a block may still hold the output layer alone, as the last device
+    remote = {w: blocks for w, blocks in remote.items() if blocks > 0 or _holds_output_alone(instance, w)}
     ranked = sorted(remote.values(), reverse=True)
     remote_list = remote_gpu_blocks(instance)
 

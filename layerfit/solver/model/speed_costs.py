@@ -232,6 +232,7 @@ def speed_costs(
     requests = _Requests()
     table_keys: dict[tuple[object, ...], tuple[str, tuple[str, int], bool]] = {}
     class_keys: list[tuple[tuple[object, ...] | None, tuple[object, ...] | None]] = []
+    first_two = [v.name for v in workers[:2]]  # any other worker may stand for the main one
     for w, index, local_ok, remote_ok in classes:
         worker = workers[w]
         gpu = worker.gpu(index)
@@ -241,7 +242,7 @@ def speed_costs(
             if not allowed:
                 keys.append(None)
                 continue
-            others = [v.name for v in workers if v.name != worker.name]
+            others = [name for name in first_two if name != worker.name]
             if not role_local and not others:  # no main worker it could serve
                 keys.append(None)
                 continue

@@ -6,13 +6,18 @@ microseconds, workers, GPUs; each weight exceeds the range of the tiers below it
 two steps:
 
 1. **One worker** (no rpc-server): the model restricted to local slots, dominated main workers
-   pruned (``prune``, speed-aware). Its best time ``T1`` is the time to beat.
+   pruned (``prune``, speed-aware), at most the valid hint's time (a slower layout cannot win).
+   Its best time ``T1`` is the time to beat.
 2. **Several workers**: a layout of ``r`` rpc-servers takes at least ``least_time_us + r`` round
    trips (``speed_bound``), so with ``T1 - 1`` to beat at most ``most_servers`` of them fit; with none
    the step is proven empty without a model (``rpc-hop-bound``). Otherwise the model restricted to
    that many rpc slots, pruned for that many other workers, at least two workers, and at most
    ``T1 - 1`` microseconds. A layout of several workers wins only by being faster: it has more
-   workers than any one-worker layout.
+   workers than any one-worker layout. Within the least of ``T1 - 1`` and the valid hint's time,
+   ``server_bound.narrow`` leaves out main workers, server counts (posted per main worker) and GPU
+   classes in a role that no layout so fast uses (``server-count-bound``); after the first small
+   search over the fastest workers (below), again within its time. The step spends at most
+   ``SEVERAL_LIMIT_SHARE`` of ``time_limit_s``.
 
 Then, with the time, workers and GPUs fixed, the tie-break on the step's unpruned model with no
 more slots of a kind than GPUs (the binpack bound of ``tie_break_bound``, which holds for every
@@ -27,6 +32,9 @@ tier of their own is needed.
 The shortcuts of ``search`` under this objective:
 
 * ``capacity_infeasibility`` (``proofs``): kept; it proves that nothing fits, whatever is best.
+* ``server_bound``: a lower bound by main worker and server count (a fractional fill of the
+  blocks over the roomiest, fastest GPUs); the tie-break keeps its counts (its layouts have the
+  optimal time, within the bound's limit).
 * ``fast_workers``: on a large cluster, the several-workers step first searches the workers with
   the fastest room (a small model); its layout seeds the full step as its hint. Proves nothing.
 * ``speed_bound.slower_mains``: main workers none of whose one-worker layouts can be as fast as the

@@ -23,7 +23,7 @@ from layerfit.solver.model.speed_costs import to_us
 from layerfit.solver.search.trace import Clock, Trace, stage_name
 from layerfit.solver.shortcuts.fast_workers import fast_workers
 from layerfit.solver.shortcuts.prune import keeping, prune_dominated
-from layerfit.solver.shortcuts.server_bound import SERVER_BOUND, narrow
+from layerfit.solver.shortcuts.server_bound import SERVER_BOUND, ServerBound, narrow
 from layerfit.solver.shortcuts.speed_bound import most_servers, slower_mains
 from layerfit.speed.deployment import deployment_speed
 
@@ -38,6 +38,8 @@ ONE_WORKER_BOUND = "one-worker-time-bound"
 """Shortcut name: main workers left out of the one-worker step, slower than the hint (``speed_bound``)."""
 RPC_HOP_BOUND = "rpc-hop-bound"
 """Shortcut name: no layout with rpc-servers can beat the best one-worker layout (``speed_bound``)."""
+SEVERAL = "several-workers"
+"""The name of the full several-workers step."""
 ONE_WORKER_SHARE = 0.4
 """Share of the work left the one-worker step may spend (the several-workers step gets most of the rest)."""
 SEVERAL_SHARE = 0.6
@@ -112,7 +114,19 @@ def _search(
         built.model.add(tiers.combined <= Run(cp_model.FEASIBLE, hinted, 0.0, 0.0, 0.0).value(tiers.combined))
     built.model.maximize(-tiers.combined)
     measure = speed_measure(stage_name(instance, name), built.instance, tiers)
-    found = trace.record(name, run(built, config, clock.work, measure, nominal_s=nominal_s, probing=not several))
+    light = name == SEVERAL  # the full several-workers model: presolve's later rounds cost it most
+    found = trace.record(
+        name,
+        run(
+            built,
+            config,
+            clock.work,
+            measure,
+            nominal_s=nominal_s,
+            probing=not several,
+            presolve_passes=1 if light else None,
+        ),
+    )
     best = found if found.found else None
     if best is None and hinted:  # cut short: the hint's solution stands, unproven
         best = Run(cp_model.FEASIBLE, hinted, 0.0, 0.0, 0.0)
@@ -218,7 +232,7 @@ def several_workers(
     several = instance.restricted(rpc_slots=servers, local_slots=instance.local_slots)
     counts: dict[int, tuple[int, ...]] | None = None
     if shortcuts:
-        narrowed, counts = _server_counts(several, (cap, target_us), trace)
+        narrowed, counts, bound = _server_counts(several, (cap, target_us), trace)
         if counts is not None and narrowed.rpc_slots < 1:
             by_target = target_us is not None and (cap is None or target_us < cap)
             if not (by_target and incumbent is not None and len(incumbent.layout.workers) > 1):
@@ -231,7 +245,7 @@ def several_workers(
         hint, seed_us = _seed(several, several.rpc_slots, hint, config, clock, trace, cap, nominal * SEED_SHARE, counts)
         nominal = max(0.0, ends - clock.spent())
         if seed_us is not None and counts is not None:  # the seed is a layout to beat too
-            several, counts = _server_counts(several, (cap, target_us, seed_us), trace)
+            several, counts, bound = _server_counts(several, (cap, target_us, seed_us), trace, bound)
     searched = _pruned(several, several.rpc_slots, hint, several=True) if shortcuts else several
     return _search(
         several,
@@ -240,7 +254,7 @@ def several_workers(
         config,
         clock,
         trace,
-        "several-workers",
+        SEVERAL,
         nominal,
         cap_us=cap,
         several=True,
@@ -249,19 +263,19 @@ def several_workers(
 
 
 def _server_counts(
-    several: Instance, limits: tuple[int | None, ...], trace: Trace
-) -> tuple[Instance, dict[int, tuple[int, ...]] | None]:
+    several: Instance, limits: tuple[int | None, ...], trace: Trace, bound: ServerBound | None = None
+) -> tuple[Instance, dict[int, tuple[int, ...]] | None, ServerBound | None]:
     """The step's instance without the main workers, rpc slots and GPUs that no layout within the
-    least of ``limits`` uses (``server_bound``), and per main worker its server counts."""
+    least of ``limits`` uses (``server_bound``), per main worker its server counts, and the bound."""
     known = [limit for limit in limits if limit is not None]
     if not known:
-        return several, None
-    found = narrow(several, min(known))
+        return several, None, bound
+    found = narrow(several, min(known), bound)
     if found is None:
-        return several, None
+        return several, None, None
     if found.dropped and SERVER_BOUND not in trace.shortcuts:
         trace.shortcuts.append(SERVER_BOUND)
-    return found.instance, found.counts
+    return found.instance, found.counts, found.bound
 
 
 def _seed(
@@ -285,12 +299,10 @@ def _seed(
         return hint, None
     least = min((min(allowed) for allowed in counts.values()), default=1) if counts else 1
     few = min(servers, max(SEED_SERVERS, least))
-    best: tuple[Layout, int] | None = None
     ends = clock.spent() + nominal_s
-    while True:  # twice the servers while the small model is proven: a faster layout may need more
+    while True:  # twice the servers while the small model is proven to hold nothing under the cap
         small = several.restricted(rpc_slots=few, local_slots=several.local_slots, mains=chosen, rpc_workers=chosen)
         searched = prune_dominated(small, others=few)
-        beat = cap if best is None else best[1] - 1
         step = _search(
             small,
             searched,
@@ -300,22 +312,17 @@ def _seed(
             trace,
             "fast-workers",
             max(0.0, ends - clock.spent()),
-            cap_us=beat,
+            cap_us=cap,
             several=True,
             server_counts=counts,
         )
-        if step.best is not None:
-            best = (
-                step.best.layout(step.built),
-                step.best.value(speed_tiers(step.built.instance, step.built.variables).time),
-            )
-        if not step.proven or few >= servers or clock.spent() >= ends:
+        if step.best is not None or not step.proven or few >= servers or clock.spent() >= ends:
             break
         few = min(servers, 2 * few)
-    if best is None:
+    if step.best is None:
         return hint, None
     trace.shortcuts.append(FAST_WORKERS_SEED)
-    return best
+    return step.best.layout(step.built), step.best.value(speed_tiers(step.built.instance, step.built.variables).time)
 
 
 def _pruned(instance: Instance, others: int, hint: Layout | None, *, several: bool) -> Instance:

@@ -80,6 +80,8 @@ class ServerBound:
     """Per host: its ratio to the weights."""
     levels: tuple[float, ...]
     """Every table's ratio, in order."""
+    local_rooms: tuple[float, ...]
+    """Per GPU class: the most weight one of its GPUs holds as a local device (0: no local role)."""
     server_tops: tuple[tuple[float, ...], ...]
     """Per level, the room of the ``r`` roomiest rpc-servers at least that fast, ``r`` = 0 .. rpc slots."""
     output: int
@@ -91,8 +93,7 @@ class ServerBound:
         for c in instance.workers[worker].classes:
             cls, t = instance.classes[c], costs.local_table[c]
             if cls.local_ok and t is not None:
-                room = self.runs[min(instance.n_blocks, class_blocks(instance, cls, SlotKind.LOCAL))]
-                rooms += [(self.alphas[t], room)] * min(cls.count, instance.local_slots)
+                rooms += [(self.alphas[t], self.local_rooms[c])] * min(cls.count, instance.local_slots)
         return [top[-1] for top in _tops(rooms, self.levels, instance.local_slots)]
 
     def bounds(self, worker: int) -> tuple[tuple[int, float], ...]:
@@ -166,6 +167,10 @@ def server_bound(instance: Instance) -> ServerBound | None:
         if cls.rpc_ok and instance.workers[cls.worker].rpc_ok and t is not None:
             room = runs[min(instance.n_blocks, class_blocks(instance, cls, SlotKind.RPC))]
             rooms += [(alphas[t], room)] * min(cls.count, instance.rpc_slots)
+    local_rooms = tuple(
+        runs[min(instance.n_blocks, class_blocks(instance, cls, SlotKind.LOCAL))] if cls.local_ok else 0.0
+        for cls in instance.classes
+    )
     outputs = [host.output for host in costs.hosts] + [table.output for table in costs.tables]
     return ServerBound(
         instance=instance,
@@ -176,6 +181,7 @@ def server_bound(instance: Instance) -> ServerBound | None:
         alphas=alphas,
         host_alphas=tuple(_alpha(_steps(host.prefix), weight) for host in costs.hosts),
         levels=levels,
+        local_rooms=local_rooms,
         server_tops=tuple(tuple(top) for top in _tops(rooms, levels, instance.rpc_slots)),
         output=min(outputs),
     )
@@ -191,12 +197,15 @@ class Narrowed:
     """Per main worker left, its server counts."""
     dropped: int
     """Main workers, server counts and GPU classes in a role left out."""
+    bound: ServerBound
+    """The bound it used (valid for the narrowed instance too: it has less room)."""
 
 
-def narrow(instance: Instance, cap_us: int) -> Narrowed | None:
+def narrow(instance: Instance, cap_us: int, bound: ServerBound | None = None) -> Narrowed | None:
     """The instance for layouts of at most ``cap_us`` with ``1 .. rpc_slots`` servers; ``None``
-    where the bound does not apply."""
-    found = server_bound(instance)
+    where the bound does not apply. ``bound``: one of an instance this one narrows (its figures
+    are the same, its room no less), not computed again."""
+    found = bound if bound is not None else server_bound(instance)
     if found is None:
         return None
     costs = found.costs
@@ -236,4 +245,4 @@ def narrow(instance: Instance, cap_us: int) -> Narrowed | None:
             for cls, mine in zip(narrowed.classes, classes, strict=True)
         ),
     )
-    return Narrowed(narrowed, counts, dropped)
+    return Narrowed(narrowed, counts, dropped, found)
