@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from test_solver_speed_shortcuts import _model
+
 from layerfit import heuristics
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, PlannerConfig, Status, Worker
 from layerfit.domain.cluster import Network
@@ -51,17 +53,6 @@ def _worker(name: str, gpu: str, count: int, free_gib: int) -> Worker:
     return Worker(id=name, name=name, total_ram_bytes=64 * GiB, allocatable_ram_bytes=64 * GiB, gpus=gpus, network=LAN)
 
 
-def _deployment(blocks: int, block_mib: int) -> Deployment:
-    profile = MemoryProfile.uniform(blocks, block_mib * MiB, 8 * MiB, output_weight_bytes=300 * MiB)
-    return Deployment(
-        name="m",
-        profile=profile,
-        objective=Objective.SPEED,
-        cpu_offloading=True,
-        distributed_inference_across_workers=True,
-    )
-
-
 def _instance(cluster: Cluster, deployment: Deployment) -> Instance:
     config = PlannerConfig(objective=Objective.SPEED, seed=1, alternatives=0)
     profile = deployment.profile
@@ -75,7 +66,7 @@ def test_the_bound_of_three_alike_gpus_by_hand() -> None:
     # three workers with one RTX 4090 each, 20 blocks: the main worker's GPU and r servers hold
     # what they can (every block alike, every GPU alike), the CPU the rest
     cluster = Cluster(workers=tuple(_worker(f"w{i}", FAST, 1, 12) for i in range(3)))
-    instance = _instance(cluster, _deployment(20, 1000))
+    instance = _instance(cluster, _model(20, 1000))
     found = server_bound(instance)
     assert found is not None and instance.speed is not None
     costs = instance.speed
@@ -101,7 +92,7 @@ def _mixed() -> tuple[Cluster, Deployment]:
     # fastest layouts keep every block on RTX 4090s
     fast = [_worker(f"fast{i}", FAST, 1, 22) for i in range(3)]
     slower = [_worker(f"slow{i}", SLOWER, 1, 46) for i in range(3)]
-    return Cluster(workers=(*fast, *slower)), _deployment(40, 1000)
+    return Cluster(workers=(*fast, *slower)), _model(40, 1000)
 
 
 def test_narrowing_at_the_optimum_leaves_only_what_a_layout_that_fast_can_use() -> None:
