@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import math
 
-from test_solver_speed_shortcuts import _model
+from test_solver_speed_shortcuts import _model, solved_both_ways, speed_tiers_of
 
-from layerfit import heuristics
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, PlannerConfig, Status, Worker
 from layerfit.domain.cluster import Network
 from layerfit.domain.config import Objective
@@ -117,21 +116,10 @@ def test_narrowing_at_the_optimum_leaves_only_what_a_layout_that_fast_can_use() 
 
 
 def test_the_several_workers_step_keeps_the_fastest_time_with_the_bound() -> None:
-    cluster, deployment = _mixed()
-    profile = deployment.profile
-    assert profile is not None
-    config = PlannerConfig(objective=Objective.SPEED, time_limit_s=30.0, seed=1, alternatives=0)
-    hint = heuristics.plan(cluster, deployment, config, profile).layout
-    fast = solve(cluster, deployment, profile, config, hint=hint)
-    plain = solve(cluster, deployment, profile, config, hint=hint, shortcuts=False)
+    fast, plain = solved_both_ways(*_mixed())
     assert fast.strict_optimal and plain.strict_optimal
     assert SERVER_BOUND in str(fast.stats.details.get("shortcuts"))
-    assert fast.tiers is not None and plain.tiers is not None
-    assert (fast.tiers.decode_us, fast.tiers.workers, fast.tiers.gpus) == (
-        plain.tiers.decode_us,
-        plain.tiers.workers,
-        plain.tiers.gpus,
-    )
+    assert speed_tiers_of(fast) == speed_tiers_of(plain)
 
 
 def test_no_bound_where_experts_may_leave_their_blocks() -> None:

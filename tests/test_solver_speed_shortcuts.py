@@ -14,7 +14,7 @@ from layerfit import heuristics
 from layerfit.domain import Cluster, Deployment, GiB, Gpu, MemoryProfile, MiB, PlannerConfig, Status, Worker
 from layerfit.domain.cluster import Network
 from layerfit.domain.config import Objective
-from layerfit.solver import solve
+from layerfit.solver import SolveResult, solve
 from layerfit.solver.search.speed_steps import FAST_WORKERS_SEED
 
 FAST, SLOW_GPU = "NVIDIA GeForce RTX 4090", "Tesla T4"
@@ -64,23 +64,30 @@ def _clusters(draw: st.DrawFn) -> Cluster:
     return Cluster(workers=tuple(workers))
 
 
-@settings(SLOW, max_examples=6)
-@given(cluster=_clusters(), blocks=st.integers(8, 24), block_mib=st.sampled_from([1200, 2000, 3000]))
-def test_the_shortcuts_keep_the_fastest_time(cluster: Cluster, blocks: int, block_mib: int) -> None:
-    deployment = _model(blocks, block_mib)
+def solved_both_ways(cluster: Cluster, deployment: Deployment) -> tuple[SolveResult, SolveResult]:
+    """The deployment solved under ``objective: speed`` with the heuristic's hint, with every
+    shortcut and with none."""
     profile = deployment.profile
     assert profile is not None
     config = PlannerConfig(objective=Objective.SPEED, time_limit_s=30.0, seed=1, alternatives=0)
     hint = heuristics.plan(cluster, deployment, config, profile).layout
     fast = solve(cluster, deployment, profile, config, hint=hint)
     plain = solve(cluster, deployment, profile, config, hint=hint, shortcuts=False)
+    return fast, plain
+
+
+def speed_tiers_of(result: SolveResult) -> tuple[int | None, int, int]:
+    """The strict speed tiers of a result: decode time, workers, GPUs."""
+    assert result.tiers is not None
+    return result.tiers.decode_us, result.tiers.workers, result.tiers.gpus
+
+
+@settings(SLOW, max_examples=6)
+@given(cluster=_clusters(), blocks=st.integers(8, 24), block_mib=st.sampled_from([1200, 2000, 3000]))
+def test_the_shortcuts_keep_the_fastest_time(cluster: Cluster, blocks: int, block_mib: int) -> None:
+    fast, plain = solved_both_ways(cluster, _model(blocks, block_mib))
     if not (fast.strict_optimal and plain.strict_optimal):
         event("cut short")
         return  # one of them cut short: nothing proven to compare
     event(f"compared, {len(fast.best.layout.workers) if fast.best else 0} workers")
-    assert fast.tiers is not None and plain.tiers is not None
-    assert (fast.tiers.decode_us, fast.tiers.workers, fast.tiers.gpus) == (
-        plain.tiers.decode_us,
-        plain.tiers.workers,
-        plain.tiers.gpus,
-    )
+    assert speed_tiers_of(fast) == speed_tiers_of(plain)

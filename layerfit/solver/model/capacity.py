@@ -111,17 +111,13 @@ def most_remote_gpus(instance: Instance, rpc_workers: frozenset[int], servers: i
 
 def _holds_output_alone(instance: Instance, worker: int) -> bool:
     """Whether one of ``worker``'s GPUs has room, as an rpc-server, for the output layer alone."""
-    for c in instance.workers[worker].classes:
-        cls = instance.classes[c]
-        if not cls.rpc_ok:
-            continue
-        unified = instance.workers[cls.worker].unified
-        overhead = least_fixed(
-            instance.costs, (DeviceRole.RPC,), unified=unified, partial=instance.rules.partial_values, multi=None
-        )
-        if gpu_room(instance, cls, SlotKind.RPC) >= overhead + instance.costs.output:
-            return True
-    return False
+    view = instance.workers[worker]
+    overhead = least_fixed(
+        instance.costs, (DeviceRole.RPC,), unified=view.unified, partial=instance.rules.partial_values, multi=None
+    )
+    need = overhead + instance.costs.output
+    classes = (instance.classes[c] for c in view.classes)
+    return any(cls.rpc_ok and gpu_room(instance, cls, SlotKind.RPC) >= need for cls in classes)
 
 
 def multi_worker_candidates(

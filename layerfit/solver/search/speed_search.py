@@ -184,13 +184,11 @@ def _tie_break(
     clock.step()
     time, workers, gpus = step.value(speed_tiers(step.built.instance, step.built.variables))
     unpruned = step.unpruned  # a layout of that many GPUs uses no more slots of a kind
-    rpc_slots = min(unpruned.rpc_slots, gpus) if workers > 1 else 0
+    narrow = unpruned.restricted(
+        rpc_slots=min(unpruned.rpc_slots, gpus) if workers > 1 else 0, local_slots=min(unpruned.local_slots, gpus)
+    )
+    # every layout of the optimal time keeps the step's server counts (its instance is narrowed already)
     counts = step.server_counts if workers > 1 else None
-    mains = None
-    if counts:  # every layout of the optimal time keeps the step's server bound
-        mains = frozenset(counts)
-        rpc_slots = min(rpc_slots, max(max(allowed) for allowed in counts.values()))
-    narrow = unpruned.restricted(rpc_slots=rpc_slots, local_slots=min(unpruned.local_slots, gpus), mains=mains)
     if shortcuts and workers > 1 and too_large(narrow):  # as the layers search: the step's layout stands
         trace.shortcuts.append(TIE_BREAK_NOT_SEARCHED)
         return step.built, step.best, False

@@ -38,8 +38,6 @@ ONE_WORKER_BOUND = "one-worker-time-bound"
 """Shortcut name: main workers left out of the one-worker step, slower than the hint (``speed_bound``)."""
 RPC_HOP_BOUND = "rpc-hop-bound"
 """Shortcut name: no layout with rpc-servers can beat the best one-worker layout (``speed_bound``)."""
-SEVERAL = "several-workers"
-"""The name of the full several-workers step."""
 ONE_WORKER_SHARE = 0.4
 """Share of the work left the one-worker step may spend (the several-workers step gets most of the rest)."""
 SEVERAL_SHARE = 0.6
@@ -97,10 +95,12 @@ def _search(
     cap_us: int | None = None,
     several: bool = False,
     server_counts: Mapping[int, tuple[int, ...]] | None = None,
+    presolve_passes: int | None = None,
 ) -> Step:
     """Minimise the speed tiers on ``searched`` (``instance`` pruned): at most ``cap_us`` of time,
     with ``several`` at least two workers, each main worker of ``server_counts`` with one of its
-    counts of rpc-servers; the hint completed as a solution first (``_hint``)."""
+    counts of rpc-servers; the hint completed as a solution first (``_hint``). ``presolve_passes``:
+    CP-SAT's rounds of presolve (``runner.solver_for``; default: CP-SAT's)."""
     built = build_model(searched)
     tiers = speed_tiers(built.instance, built.variables)
     if cap_us is not None:
@@ -114,7 +114,6 @@ def _search(
         built.model.add(tiers.combined <= Run(cp_model.FEASIBLE, hinted, 0.0, 0.0, 0.0).value(tiers.combined))
     built.model.maximize(-tiers.combined)
     measure = speed_measure(stage_name(instance, name), built.instance, tiers)
-    light = name == SEVERAL  # the full several-workers model: presolve's later rounds cost it most
     found = trace.record(
         name,
         run(
@@ -124,7 +123,7 @@ def _search(
             measure,
             nominal_s=nominal_s,
             probing=not several,
-            presolve_passes=1 if light else None,
+            presolve_passes=presolve_passes,
         ),
     )
     best = found if found.found else None
@@ -254,11 +253,12 @@ def several_workers(
         config,
         clock,
         trace,
-        SEVERAL,
+        "several-workers",
         nominal,
         cap_us=cap,
         several=True,
         server_counts=counts,
+        presolve_passes=1,  # the full model: presolve's later rounds cost it most (``runner.solver_for``)
     )
 
 

@@ -237,12 +237,6 @@ def narrow(instance: Instance, cap_us: int, bound: ServerBound | None = None) ->
         dropped += (cls.rpc_ok and not rpc_ok) + (cls.local_ok and not local_ok)
         classes.append(replace(cls, rpc_ok=rpc_ok, local_ok=local_ok))
     top = max((max(allowed) for allowed in counts.values()), default=0)
-    narrowed = instance.restricted(rpc_slots=top, local_slots=instance.local_slots, mains=frozenset(counts))
-    narrowed = replace(
-        narrowed,
-        classes=tuple(
-            replace(cls, rpc_ok=cls.rpc_ok and mine.rpc_ok, local_ok=cls.local_ok and mine.local_ok)
-            for cls, mine in zip(narrowed.classes, classes, strict=True)
-        ),
-    )
+    kept = replace(instance, classes=tuple(classes))
+    narrowed = kept.restricted(rpc_slots=top, local_slots=instance.local_slots, mains=frozenset(counts))
     return Narrowed(narrowed, counts, dropped, found)
