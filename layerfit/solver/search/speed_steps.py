@@ -44,9 +44,9 @@ SEVERAL_SHARE = 0.6
 """Share of the work left after the first step for the several-workers step ..."""
 SEVERAL_LIMIT_SHARE = 0.2
 """... and at most this share of ``time_limit_s`` (nominal seconds), its first small search
-included: on a cluster of 1,024 GPUs a several-workers model that the bounds leave large is
-rarely proven in more (a faster layout found late is rare too: none in ``speed_objective.py``'s
-1,024-GPU cases with twice as much), and the answer is then reported unproven."""
+included: on a cluster of 1,024 GPUs a several-workers model that the bounds leave large is not
+proven with more either (neither of ``speed_objective.py``'s two such cases with a 30 s limit,
+where one found a layout 0.9 % faster), and the answer is then reported unproven."""
 
 
 @dataclass(frozen=True)
